@@ -110,7 +110,7 @@ func NewTensor(name string, dims []int64, data any) (*Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tensor %q: %w", name, err)
 	}
-	t := &Tensor{Name: name, Type: dt, Dims: append([]int64(nil), dims...), Data: data}
+	t := &Tensor{Name: name, Type: dt, Dims: clone(dims), Data: data}
 	n, err := NumElements(dims)
 	if err != nil {
 		return nil, fmt.Errorf("tensor %q: %w", name, err)
@@ -259,7 +259,7 @@ func decodeRaw(t *Tensor, raw []byte, n int) error {
 		}
 		t.Data = d
 	case Uint8:
-		t.Data = append([]uint8(nil), raw...)
+		t.Data = clone(raw)
 	case Int16:
 		d := make([]int16, n)
 		for i := range d {
@@ -318,7 +318,7 @@ func decodeRaw(t *Tensor, raw []byte, n int) error {
 		t.Data = unpack4(raw, n, dt == Int4)
 	default:
 		if isFloat8(dt) {
-			t.Data = append([]uint8(nil), raw...)
+			t.Data = clone(raw)
 			return nil
 		}
 		return fmt.Errorf("element type %s is not supported", dt)
@@ -371,7 +371,7 @@ func decodeTyped(t *Tensor, p *onnxpb.TensorProto, n int) error {
 		if len(p.FloatData) != n {
 			return countErr("float_data", len(p.FloatData), t, n)
 		}
-		t.Data = append([]float32(nil), p.FloatData...)
+		t.Data = clone(p.FloatData)
 	case Complex64:
 		if len(p.FloatData) != 2*n {
 			return countErr("float_data", len(p.FloatData), t, 2*n)
@@ -385,7 +385,7 @@ func decodeTyped(t *Tensor, p *onnxpb.TensorProto, n int) error {
 		if len(p.DoubleData) != n {
 			return countErr("double_data", len(p.DoubleData), t, n)
 		}
-		t.Data = append([]float64(nil), p.DoubleData...)
+		t.Data = clone(p.DoubleData)
 	case Complex128:
 		if len(p.DoubleData) != 2*n {
 			return countErr("double_data", len(p.DoubleData), t, 2*n)
@@ -399,13 +399,13 @@ func decodeTyped(t *Tensor, p *onnxpb.TensorProto, n int) error {
 		if len(p.Int64Data) != n {
 			return countErr("int64_data", len(p.Int64Data), t, n)
 		}
-		t.Data = append([]int64(nil), p.Int64Data...)
+		t.Data = clone(p.Int64Data)
 	case Uint32, Uint64:
 		if len(p.Uint64Data) != n {
 			return countErr("uint64_data", len(p.Uint64Data), t, n)
 		}
 		if t.Type == Uint64 {
-			t.Data = append([]uint64(nil), p.Uint64Data...)
+			t.Data = clone(p.Uint64Data)
 			return nil
 		}
 		d := make([]uint32, n)
@@ -429,7 +429,7 @@ func decodeTyped(t *Tensor, p *onnxpb.TensorProto, n int) error {
 		src := p.Int32Data
 		switch t.Type {
 		case Int32:
-			t.Data = append([]int32(nil), src...)
+			t.Data = clone(src)
 		case Int16:
 			t.Data = convertInts(src, func(v int32) int16 { return int16(v) })
 		case Int8:
@@ -464,4 +464,12 @@ func convertInts[T any](src []int32, f func(int32) T) []T {
 		d[i] = f(v)
 	}
 	return d
+}
+
+// clone copies a slice, returning an empty non-nil slice for empty input so
+// decoded tensors compare equal however they were stored.
+func clone[T any](s []T) []T {
+	out := make([]T, len(s))
+	copy(out, s)
+	return out
 }

@@ -1,0 +1,174 @@
+package cmd
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/spf13/cobra"
+)
+
+type inspectOptions struct {
+	output string
+}
+
+func (o *inspectOptions) validate() error {
+	if o.output != "text" && o.output != "json" {
+		return usageErr(fmt.Errorf("--output must be text or json, not %q", o.output))
+	}
+	return nil
+}
+
+func newInspectCmd(g *globalOptions) *cobra.Command {
+	o := &inspectOptions{}
+	c := &cobra.Command{
+		Use:   "inspect MODEL...",
+		Short: "Describe an ONNX model: signature, opsets, parameters, ops, precision, batching",
+		Long: `inspect prints what kiln sees in an ONNX model: IR version, opsets, producer,
+inputs and outputs (element type and shape, with symbolic dimensions), the
+parameter count and bytes per element type, node counts per op type, whether
+the model is already fp16 or INT8 (Q/DQ or QLinear operators), and whether
+Triton can batch it (every input and output has a dynamic first dimension).`,
+		Example: `  kiln inspect model.onnx
+  kiln inspect --output json model.onnx | jq .batch`,
+		Args: argsUsage(cobra.MinimumNArgs(1)),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			var sums []onnx.Summary
+			for _, path := range args {
+				s, err := inspectFile(path)
+				if err != nil {
+					return err
+				}
+				sums = append(sums, s)
+			}
+			w := c.OutOrStdout()
+			if o.output == "json" {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				if len(sums) == 1 {
+					return enc.Encode(sums[0])
+				}
+				return enc.Encode(sums)
+			}
+			for i, s := range sums {
+				if i > 0 {
+					fmt.Fprintln(w)
+				}
+				printSummary(w, s)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	return c
+}
+
+func inspectFile(path string) (onnx.Summary, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return onnx.Summary{}, err
+	}
+	if st.IsDir() {
+		return onnx.Summary{}, fmt.Errorf("%s is a directory: inspect reads ONNX model files (SavedModel and repository inspection are not implemented yet)", path)
+	}
+	m, err := onnx.Load(path)
+	if err != nil {
+		return onnx.Summary{}, err
+	}
+	return onnx.Summarize(m), nil
+}
+
+func printSummary(w io.Writer, s onnx.Summary) {
+	fmt.Fprintf(w, "model:      %s\n", s.Path)
+	fmt.Fprintf(w, "ir_version: %d\n", s.IRVersion)
+	var ops []string
+	for _, o := range s.Opsets {
+		ops = append(ops, fmt.Sprintf("%s %d", o.Domain, o.Version))
+	}
+	fmt.Fprintf(w, "opsets:     %s\n", strings.Join(ops, ", "))
+	if s.Producer != "" {
+		fmt.Fprintf(w, "producer:   %s %s\n", s.Producer, s.ProducerVersion)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nI/O\tNAME\tTYPE\tSHAPE")
+	for _, t := range s.Inputs {
+		fmt.Fprintf(tw, "input\t%s\t%s\t%s\n", t.Name, typeOrKind(t), shapeText(t))
+	}
+	for _, t := range s.Outputs {
+		fmt.Fprintf(tw, "output\t%s\t%s\t%s\n", t.Name, typeOrKind(t), shapeText(t))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nparameters: %s (%s)\n", humanCount(s.Params.Count), humanBytes(s.Params.Bytes))
+	for _, p := range s.Params.ByType {
+		fmt.Fprintf(w, "  %-10s %12d  %s\n", p.Type, p.Count, humanBytes(p.Bytes))
+	}
+	fmt.Fprintf(w, "nodes:      %d\n", s.Nodes)
+	for _, o := range s.OpCounts {
+		fmt.Fprintf(w, "  %-24s %d\n", o.Op, o.Count)
+	}
+	fmt.Fprintf(w, "precision:  %s (float types: %s)\n", s.Precision.Kind, orNone(s.Precision.FloatTypes))
+	verdict := "no"
+	if s.Batch.Batchable {
+		verdict = "yes"
+	}
+	fmt.Fprintf(w, "batchable:  %s: %s\n", verdict, s.Batch.Reason)
+	for _, kv := range s.Metadata {
+		fmt.Fprintf(w, "metadata:   %s = %s\n", kv.Key, kv.Value)
+	}
+	for _, warn := range s.Warnings {
+		fmt.Fprintf(w, "warning:    %s\n", warn)
+	}
+}
+
+func typeOrKind(t onnx.TensorInfo) string {
+	if t.Type != "" {
+		return t.Type
+	}
+	return t.Kind
+}
+
+func shapeText(t onnx.TensorInfo) string {
+	if t.Rank < 0 {
+		return "unranked"
+	}
+	return "[" + strings.Join(t.Shape, ",") + "]"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for v := n / unit; v >= unit; v /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

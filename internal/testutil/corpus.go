@@ -1,0 +1,60 @@
+// Package testutil holds small helpers shared by kiln's tests: locating the
+// shared corpus and refreshing golden files.
+package testutil
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// Update is set by `go test -update` to rewrite golden files.
+var Update = flag.Bool("update", false, "rewrite golden files")
+
+// RepoRoot returns the module root (the directory holding go.mod).
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot locate testutil source file")
+	}
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Corpus returns the shared corpus directory (../shared/corpus next to the
+// repository) joined with elem, skipping the test with a clear message when
+// the corpus is absent.
+func Corpus(t testing.TB, elem ...string) string {
+	t.Helper()
+	dir := filepath.Join(append([]string{RepoRoot(t), "..", "shared", "corpus"}, elem...)...)
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("shared corpus not found at %s (it lives in ../shared/corpus next to the repository): %v", dir, err)
+	}
+	return dir
+}
+
+// Golden compares got with the golden file testdata/<test name>/<name>.golden
+// of the calling package, rewriting it under -update.
+func Golden(t testing.TB, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", filepath.FromSlash(t.Name()), name+".golden")
+	if *Update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading golden file (run go test -update to create it): %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s mismatch:\n--- want\n%s\n--- got\n%s", path, want, got)
+	}
+}

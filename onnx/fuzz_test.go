@@ -1,0 +1,82 @@
+package onnx_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
+	"google.golang.org/protobuf/proto"
+)
+
+func addSeeds(f *testing.F, pattern string) {
+	files, _ := filepath.Glob(pattern)
+	for _, p := range files {
+		if b, err := os.ReadFile(p); err == nil && len(b) < 1<<20 {
+			f.Add(b)
+		}
+	}
+}
+
+// FuzzLoadONNX: parsing arbitrary bytes never panics, and a model that
+// parses re-marshals to a model that parses to the same message.
+func FuzzLoadONNX(f *testing.F) {
+	addSeeds(f, "../../shared/corpus/onnx-node/test_*/model.onnx")
+	addSeeds(f, "../../shared/corpus/models/model-navigator/*.onnx")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := onnx.Parse(data, "")
+		if err != nil {
+			return
+		}
+		_ = onnx.Summarize(m)
+		out, err := m.Marshal()
+		if err != nil {
+			t.Fatalf("Marshal of a parsed model: %v", err)
+		}
+		m2, err := onnx.Parse(out, "")
+		if err != nil {
+			t.Fatalf("Parse(Marshal(m)) = %v", err)
+		}
+		if !proto.Equal(m.Proto, m2.Proto) {
+			t.Fatal("Parse(Marshal(m)) differs from m")
+		}
+	})
+}
+
+// FuzzTensorCodec: decoding arbitrary TensorProto bytes never panics, and a
+// tensor that decodes survives re-encoding in both storage forms.
+func FuzzTensorCodec(f *testing.F) {
+	addSeeds(f, "../../shared/corpus/onnx-node/test_*/test_data_set_0/*.pb")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := &onnxpb.TensorProto{}
+		if proto.Unmarshal(data, p) != nil {
+			return
+		}
+		tt, err := onnx.Decode(p)
+		if err != nil {
+			return
+		}
+		for _, form := range []onnx.Storage{onnx.Raw, onnx.Typed} {
+			p2, err := onnx.Encode(tt, form)
+			if err != nil {
+				t.Fatalf("Encode(decoded %s) = %v", tt.Type, err)
+			}
+			t2, err := onnx.Decode(p2)
+			if err != nil {
+				t.Fatalf("Decode(Encode(decoded %s)) = %v", tt.Type, err)
+			}
+			if t2.Type != tt.Type || t2.Len() != tt.Len() || !sameBitsAny(tt, t2) {
+				t.Fatalf("round trip of %s changed the values", tt.Type)
+			}
+		}
+	})
+}
+
+func sameBitsAny(a, b *onnx.Tensor) bool {
+	ra, rb := onnx.RawBytes(a), onnx.RawBytes(b)
+	if a.Type == onnx.String {
+		return sameBits(a.Data, b.Data)
+	}
+	return string(ra) == string(rb)
+}
