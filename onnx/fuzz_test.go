@@ -3,6 +3,7 @@ package onnx_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kiln-ml/kiln/onnx"
@@ -24,10 +25,19 @@ func addSeeds(f *testing.F, pattern string) {
 func FuzzLoadONNX(f *testing.F) {
 	addSeeds(f, "../../shared/corpus/onnx-node/test_*/model.onnx")
 	addSeeds(f, "../../shared/corpus/models/model-navigator/*.onnx")
+	defer onnx.SetBigRaw(1)() // exercise the aliasing fast path on small inputs
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := onnx.Parse(data, "")
+		plain := &onnxpb.ModelProto{}
+		plainErr := proto.Unmarshal(data, plain)
+		if (plainErr == nil) != (err == nil || !strings.Contains(err.Error(), "wire-format")) {
+			t.Fatalf("fast decode error %v, protobuf error %v", err, plainErr)
+		}
 		if err != nil {
 			return
+		}
+		if !proto.Equal(m.Proto, plain) {
+			t.Fatal("fast decode differs from protobuf's")
 		}
 		_ = onnx.Summarize(m)
 		out, err := m.Marshal()

@@ -59,7 +59,8 @@ func LoadWith(path string, opts LoadOptions) (*Model, error) {
 }
 
 // Parse decodes a serialized model. External data is resolved relative to
-// dir; with dir empty a model that uses external data is refused.
+// dir; with dir empty a model that uses external data is refused. Big
+// initializer blocks alias data, so data must not be modified afterwards.
 func Parse(data []byte, dir string) (*Model, error) {
 	return parse(data, dir, false)
 }
@@ -68,8 +69,8 @@ func parse(data []byte, dir string, skipExternal bool) (*Model, error) {
 	if len(data) == 0 {
 		return nil, errors.New("file is empty")
 	}
-	mp := &onnxpb.ModelProto{}
-	if err := proto.Unmarshal(data, mp); err != nil {
+	mp, err := unmarshalModel(data)
+	if err != nil {
 		return nil, fmt.Errorf("not a valid ONNX protobuf (truncated or not a model): %w", err)
 	}
 	if mp.Graph == nil {
@@ -95,13 +96,11 @@ func (m *Model) Marshal() ([]byte, error) {
 // Save writes the model to path atomically: the bytes go to a temporary file
 // in the same directory, which is synced and renamed over path, so a reader
 // never sees a half-written model and a failed save leaves the old file.
-// External data that was loaded is written inline.
+// External data that was loaded is written inline. Big weights are streamed
+// to the file rather than copied into one buffer; Save must not run
+// concurrently with other use of the model.
 func (m *Model) Save(path string) error {
-	data, err := m.Marshal()
-	if err != nil {
-		return fmt.Errorf("saving ONNX model %s: %w", path, err)
-	}
-	if err := WriteFileAtomic(path, data, 0o644); err != nil {
+	if err := saveStream(path, m.Proto); err != nil {
 		return fmt.Errorf("saving ONNX model %s: %w", path, err)
 	}
 	return nil

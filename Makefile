@@ -1,0 +1,65 @@
+# kiln — run `make help` for the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO        ?= go
+ORT_VER   := 1.24.1
+ORT_SHA   := 53ef1ac028dd1b05554b8da28d9159eb3876f99868193d2aaa6e67f0243c23d4
+ORT_LIB   := .cache/ort/$(ORT_VER)/libonnxruntime.so.1
+BIN       := .bin
+KILN      := ./kiln
+FUZZTIME  ?= 30s
+export KILN_ORT_LIB ?= $(CURDIR)/$(ORT_LIB)
+
+.PHONY: help deps ort servers build test demo bench fuzz lint generate check clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+deps: ort servers ## fetch ONNX Runtime's CPU library and the test servers (idempotent)
+	@$(GO) mod download
+
+ort: $(ORT_LIB) ## fetch libonnxruntime from the npm package onnxruntime-node (checked by sha256)
+
+$(ORT_LIB):
+	@scripts/fetch-ort.sh $(ORT_VER) $(ORT_SHA) $(dir $(ORT_LIB))
+
+servers: $(BIN)/fake-gcs-server $(BIN)/registry ## install the GCS emulator and the OCI registry into .bin/
+
+$(BIN)/fake-gcs-server:
+	GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/fsouza/fake-gcs-server@v1.56.1
+
+$(BIN)/registry:
+	GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/distribution/distribution/v3/cmd/registry@v3.1.2
+
+build: ## build ./kiln
+	$(GO) build -o $(KILN) ./cmd/kiln
+
+test: ort ## run every test (fetches what it needs first)
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
+	$(GO) test -count=1 ./...
+
+demo: ort build ## inspect and run the model kiln ships in testdata/
+	$(KILN) inspect testdata/tinynet.onnx
+	$(KILN) inspect --run testdata/tinynet.onnx
+
+bench: ort ## run the benchmarks recorded in BENCHMARKS.md
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./onnx/ ./ort/ ./pbtxt/ ./calibrate/ ./convert/
+
+fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
+	@scripts/fuzz.sh $(FUZZTIME)
+
+lint: ## go vet and gofmt
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
+
+generate: ## regenerate protobuf types and testdata models (needs protoc: apt-get install protobuf-compiler)
+	@command -v protoc >/dev/null || { echo "protoc not found: apt-get install -y protobuf-compiler"; exit 1; }
+	GOBIN=$(CURDIR)/$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	$(GO) generate ./...
+
+check: lint test ## lint and test
+
+clean: ## remove build outputs (keeps .cache)
+	rm -f $(KILN)

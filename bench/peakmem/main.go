@@ -1,0 +1,95 @@
+// Command peakmem measures the peak resident memory of one operation on a
+// model file, for BENCHMARKS.md. Each mode runs in its own process (see
+// bench/peakmem.sh) so the kernel's high-water mark (VmHWM) belongs to that
+// operation alone:
+//
+//	peakmem -gen 100 -o /tmp/wide.onnx   write a ~100 MB model
+//	peakmem -mode read FILE              os.ReadFile (baseline)
+//	peakmem -mode load FILE              onnx.Load
+//	peakmem -mode save FILE              onnx.Load then Save to FILE.out
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kiln-ml/kiln/internal/testmodels"
+	"github.com/kiln-ml/kiln/onnx"
+)
+
+func main() {
+	gen := flag.Int("gen", 0, "generate a model with this many MB of weights")
+	out := flag.String("o", "", "output path for -gen")
+	mode := flag.String("mode", "", "read, load or save")
+	flag.Parse()
+	if err := run(*gen, *out, *mode, flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "peakmem:", err)
+		os.Exit(1)
+	}
+}
+
+func run(gen int, out, mode string, args []string) error {
+	if gen > 0 {
+		return (&onnx.Model{Proto: testmodels.Wide(gen, 7)}).Save(out)
+	}
+	if len(args) != 1 {
+		return fmt.Errorf("want one model file")
+	}
+	path := args[0]
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	debug.FreeOSMemory()
+	base := status("VmRSS")
+	start := time.Now()
+	var keep any
+	switch mode {
+	case "read":
+		keep, err = os.ReadFile(path)
+	case "load":
+		keep, err = onnx.Load(path)
+	case "save":
+		var m *onnx.Model
+		if m, err = onnx.Load(path); err == nil {
+			err = m.Save(path + ".out")
+			os.Remove(path + ".out")
+		}
+		keep = m
+	default:
+		return fmt.Errorf("unknown mode %q", mode)
+	}
+	if err != nil {
+		return err
+	}
+	dur := time.Since(start)
+	peak := status("VmHWM")
+	runtime.KeepAlive(keep)
+	fmt.Printf("%s file=%dMB peak_over_base=%dMB ratio=%.2f time=%s\n", mode, st.Size()>>20,
+		(peak-base)>>20, float64(peak-base)/float64(st.Size()), dur.Round(time.Millisecond))
+	return nil
+}
+
+// status reads a /proc/self/status field in bytes.
+func status(key string) int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), key+":"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1,0 +1,3 @@
+package testmodels
+
+//go:generate go run ./gen -o ../../testdata

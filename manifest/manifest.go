@@ -1,0 +1,288 @@
+// Package manifest is the vocabulary that flows between kiln's stages: the
+// source model, the variants built from it, the artifacts (files with
+// digests) and the repository manifest kiln.json that records them. It uses
+// the standard library only, so every stage can depend on it.
+package manifest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// FileName is the manifest's name inside a model repository. Triton ignores it.
+const FileName = "kiln.json"
+
+// SchemaVersion is the version of the kiln.json layout written by this code.
+const SchemaVersion = 1
+
+// Digest is a content digest written "sha256:<64 hex digits>".
+type Digest string
+
+// Hex returns the hex part of the digest.
+func (d Digest) Hex() string { return strings.TrimPrefix(string(d), "sha256:") }
+
+// Validate checks the digest's form.
+func (d Digest) Validate() error {
+	h, ok := strings.CutPrefix(string(d), "sha256:")
+	if !ok || len(h) != 64 {
+		return fmt.Errorf("digest %q is not sha256:<64 hex digits>", string(d))
+	}
+	if _, err := hex.DecodeString(h); err != nil {
+		return fmt.Errorf("digest %q is not sha256:<64 hex digits>", string(d))
+	}
+	return nil
+}
+
+// DigestBytes hashes b.
+func DigestBytes(b []byte) Digest {
+	s := sha256.Sum256(b)
+	return Digest("sha256:" + hex.EncodeToString(s[:]))
+}
+
+// DigestReader hashes everything r yields and returns the digest and byte count.
+func DigestReader(r io.Reader) (Digest, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return "", n, err
+	}
+	return Digest("sha256:" + hex.EncodeToString(h.Sum(nil))), n, nil
+}
+
+// DigestFile hashes a file by streaming it.
+func DigestFile(path string) (Digest, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	d, n, err := DigestReader(f)
+	if err != nil {
+		return "", 0, fmt.Errorf("hashing %s: %w", path, err)
+	}
+	return d, n, nil
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+
+// ValidateName checks a Triton model name as kiln writes them: lower-case
+// letters, digits, '_', '.', '-', starting with a letter or digit, no path
+// separators, at most 128 characters.
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("model name is empty")
+	case len(name) > 128:
+		return fmt.Errorf("model name %q is longer than 128 characters", name)
+	case name == "." || name == ".." || !nameRE.MatchString(name):
+		return fmt.Errorf("model name %q must use only a-z, 0-9, '_', '.', '-' and start with a letter or digit", name)
+	}
+	return nil
+}
+
+// SanitizeName turns an arbitrary file stem into a valid model name
+// ("ResNet-50 v2" -> "resnet-50_v2").
+func SanitizeName(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_', r == '.', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteRune('_')
+		}
+	}
+	out := strings.Trim(b.String(), "_.-")
+	if out == "" {
+		return "model"
+	}
+	return out
+}
+
+// Source identifies the model a repository was built from.
+type Source struct {
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Format string `json:"format"` // "onnx" or "savedmodel"
+	Digest Digest `json:"digest"`
+	Size   int64  `json:"size"`
+}
+
+// File is one file of an artifact, relative to the model directory.
+type File struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	Digest Digest `json:"digest"`
+}
+
+// Model is the record of one Triton model in the repository.
+type Model struct {
+	Name        string          `json:"name"`
+	Variant     Variant         `json:"variant"`
+	Source      Digest          `json:"source"`
+	Version     int64           `json:"version"`
+	Files       []File          `json:"files"`
+	Calibration *Calibration    `json:"calibration,omitempty"`
+	Build       *Build          `json:"build,omitempty"`
+	Checks      json.RawMessage `json:"checks,omitempty"`
+	// Status is "ok", "needs-gpu" (a plan variant that could not be built
+	// here), "failed" or "perf-only" (int8 from random ranges).
+	Status string `json:"status"`
+	Note   string `json:"note,omitempty"`
+}
+
+// Calibration records how INT8 ranges were obtained.
+type Calibration struct {
+	Method        string  `json:"method"`
+	Dataset       Digest  `json:"dataset,omitempty"`
+	Samples       int     `json:"samples"`
+	Top1Agreement float64 `json:"top1_agreement,omitempty"`
+	Cosine        float64 `json:"cosine,omitempty"`
+	RandomRanges  bool    `json:"random_ranges,omitempty"`
+}
+
+// Build records how an artifact was produced.
+type Build struct {
+	Tool              string        `json:"tool"`
+	ToolVersion       string        `json:"tool_version,omitempty"`
+	Command           []string      `json:"command,omitempty"`
+	TensorRT          string        `json:"tensorrt,omitempty"`
+	GPU               string        `json:"gpu,omitempty"`
+	ComputeCapability string        `json:"compute_capability,omitempty"`
+	Driver            string        `json:"driver,omitempty"`
+	CUDA              string        `json:"cuda,omitempty"`
+	Inputs            []Digest      `json:"inputs,omitempty"`
+	Duration          time.Duration `json:"duration_ns"`
+	CacheKey          Digest        `json:"cache_key,omitempty"`
+}
+
+// Manifest is kiln.json.
+type Manifest struct {
+	SchemaVersion int      `json:"schema_version"`
+	Tool          string   `json:"tool"`
+	Source        *Source  `json:"source,omitempty"`
+	Models        []*Model `json:"models"`
+}
+
+// New returns an empty manifest written by the given tool version.
+func New(tool string) *Manifest {
+	return &Manifest{SchemaVersion: SchemaVersion, Tool: tool, Models: []*Model{}}
+}
+
+// Model returns the record for name, or nil.
+func (m *Manifest) Model(name string) *Model {
+	for _, r := range m.Models {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// Put adds or replaces the record with the same name, keeping records sorted by name.
+func (m *Manifest) Put(r *Model) {
+	for i, old := range m.Models {
+		if old.Name == r.Name {
+			m.Models[i] = r
+			return
+		}
+	}
+	m.Models = append(m.Models, r)
+	sort.Slice(m.Models, func(i, j int) bool { return m.Models[i].Name < m.Models[j].Name })
+}
+
+// Validate checks names, digests and file paths.
+func (m *Manifest) Validate() error {
+	if m.SchemaVersion != SchemaVersion {
+		return fmt.Errorf("schema_version %d is not supported (this kiln reads %d)", m.SchemaVersion, SchemaVersion)
+	}
+	seen := map[string]bool{}
+	for i, r := range m.Models {
+		if err := ValidateName(r.Name); err != nil {
+			return fmt.Errorf("models[%d]: %w", i, err)
+		}
+		if seen[r.Name] {
+			return fmt.Errorf("models[%d]: model %q appears twice", i, r.Name)
+		}
+		seen[r.Name] = true
+		for j, f := range r.Files {
+			if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
+				return fmt.Errorf("models[%d].files[%d]: path %q escapes the model directory", i, j, f.Path)
+			}
+			if err := f.Digest.Validate(); err != nil {
+				return fmt.Errorf("models[%d].files[%d]: %w", i, j, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Read loads a manifest from a repository directory or a kiln.json path.
+func Read(path string) (*Manifest, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, FileName)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manifest{}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(m); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// Write stores the manifest as <repo>/kiln.json atomically.
+func (m *Manifest) Write(repo string) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(filepath.Join(repo, FileName), append(data, '\n'), 0o644)
+}
+
+// WriteFileAtomic writes data to a temporary file next to path, syncs it and
+// renames it over path, so readers see the old or the new file, never a part.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	if _, err = f.Write(data); err == nil {
+		if err = f.Chmod(perm); err == nil {
+			if err = f.Sync(); err == nil {
+				err = f.Close()
+			}
+		}
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,88 @@
+package manifest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestVariantNames(t *testing.T) {
+	cases := []struct {
+		v        Variant
+		id, name string
+	}{
+		{Variant{Runtime: RuntimeTRT, Precision: INT8, MaxBatch: 16, Instances: 4}, "trt-int8-b16-x4", "resnet50_trt_int8_b16_x4"},
+		{Variant{Runtime: RuntimeONNX, Precision: FP32}, "onnx-fp32", "resnet50_onnx_fp32"},
+		{Variant{Runtime: RuntimeONNX, Precision: FP16, Instances: 1}, "onnx-fp16", "resnet50_onnx_fp16"},
+		{Variant{Runtime: RuntimeTRT, Precision: FP16, MaxBatch: 8, Target: "8.6"}, "trt-fp16-b8-sm86", "resnet50_trt_fp16_b8_sm86"},
+	}
+	for _, c := range cases {
+		if got := c.v.ID(); got != c.id {
+			t.Errorf("%+v.ID() = %q, want %q", c.v, got, c.id)
+		}
+		if got := c.v.ModelName("resnet50"); got != c.name {
+			t.Errorf("%+v.ModelName() = %q, want %q", c.v, got, c.name)
+		}
+		if err := ValidateName(c.v.ModelName("resnet50")); err != nil {
+			t.Errorf("ValidateName(%q) = %v", c.name, err)
+		}
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for _, bad := range []string{"", "..", "a/b", `a\b`, "Upper", "_lead", "sp ace", strings.Repeat("a", 129)} {
+		if ValidateName(bad) == nil {
+			t.Errorf("ValidateName(%q) = nil, want an error", bad)
+		}
+	}
+	if got := SanitizeName("ResNet-50 v2"); got != "resnet-50_v2" {
+		t.Errorf("SanitizeName = %q, want resnet-50_v2", got)
+	}
+}
+
+func TestParse(t *testing.T) {
+	if _, err := ParsePrecision("int4"); err == nil || !strings.Contains(err.Error(), "int4") {
+		t.Errorf("ParsePrecision(int4) = %v, want an error naming it", err)
+	}
+	if r, err := ParseRuntime("TensorRT"); err != nil || r != RuntimeTRT {
+		t.Errorf("ParseRuntime(TensorRT) = %v, %v", r, err)
+	}
+}
+
+func TestManifestRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	d := DigestBytes([]byte("model"))
+	m := New("kiln test")
+	m.Put(&Model{Name: "b_onnx_fp32", Variant: Variant{Runtime: RuntimeONNX, Precision: FP32}, Source: d, Version: 1,
+		Files: []File{{Path: "1/model.onnx", Size: 5, Digest: d}}, Status: "ok"})
+	m.Put(&Model{Name: "a_trt_fp16", Variant: Variant{Runtime: RuntimeTRT, Precision: FP16}, Source: d, Version: 1, Status: "needs-gpu"})
+	if err := m.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Models) != 2 || got.Models[0].Name != "a_trt_fp16" || got.Model("b_onnx_fp32").Files[0].Digest != d {
+		t.Errorf("Read(Write(m)) = %+v", got.Models)
+	}
+	// Corrupt manifests are rejected with the file named.
+	bad := filepath.Join(dir, FileName)
+	os.WriteFile(bad, []byte(`{"schema_version":1,"models":[{"name":"x","files":[{"path":"../../etc/passwd","digest":"`+string(d)+`"}]}]}`), 0o644)
+	if _, err := Read(dir); err == nil || !strings.Contains(err.Error(), "escapes") || !strings.Contains(err.Error(), FileName) {
+		t.Errorf("Read(escaping path) = %v", err)
+	}
+}
+
+func TestDigest(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(p, []byte("abc"), 0o644)
+	d, n, err := DigestFile(p)
+	if err != nil || n != 3 || d.Hex() != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
+		t.Errorf("DigestFile = %s %d %v", d, n, err)
+	}
+	if Digest("sha256:xyz").Validate() == nil {
+		t.Error("Validate(bad digest) = nil")
+	}
+}
