@@ -154,7 +154,7 @@ func cutTensorRaw(t []byte) (small, raw []byte, ok bool) {
 // parses to the same message as proto.Marshal's output.
 func writeModel(w io.Writer, mp *onnxpb.ModelProto) error {
 	g := mp.Graph
-	if g == nil {
+	if !hasBigRaw(g) {
 		b, err := marshalDet(mp)
 		if err != nil {
 			return err
@@ -272,4 +272,13 @@ func saveStream(path string, mp *onnxpb.ModelProto) (err error) {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+func hasBigRaw(g *onnxpb.GraphProto) bool {
+	for _, t := range g.GetInitializer() {
+		if len(t.RawData) >= bigRaw {
+			return true
+		}
+	}
+	return false
 }
