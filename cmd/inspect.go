@@ -9,18 +9,38 @@ import (
 	"text/tabwriter"
 
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/ort"
 	"github.com/spf13/cobra"
 )
 
 type inspectOptions struct {
-	output string
+	output     string
+	run        bool
+	batch      int
+	iterations int
+	device     string
+	threads    int
 }
 
 func (o *inspectOptions) validate() error {
 	if o.output != "text" && o.output != "json" {
 		return usageErr(fmt.Errorf("--output must be text or json, not %q", o.output))
 	}
+	if o.batch < 1 || o.iterations < 1 {
+		return usageErr(fmt.Errorf("--batch and --iterations must be at least 1"))
+	}
+	switch o.device {
+	case "cpu", "cuda", "tensorrt":
+	default:
+		return usageErr(fmt.Errorf("--device must be cpu, cuda or tensorrt, not %q", o.device))
+	}
 	return nil
+}
+
+// inspectResult is one model's summary plus, with --run, its smoke run.
+type inspectResult struct {
+	onnx.Summary
+	Run *ort.SmokeReport `json:"run,omitempty"`
 }
 
 func newInspectCmd(g *globalOptions) *cobra.Command {
@@ -40,13 +60,23 @@ Triton can batch it (every input and output has a dynamic first dimension).`,
 			if err := o.validate(); err != nil {
 				return err
 			}
-			var sums []onnx.Summary
+			var sums []inspectResult
 			for _, path := range args {
 				s, err := inspectFile(path)
 				if err != nil {
 					return err
 				}
-				sums = append(sums, s)
+				r := inspectResult{Summary: s}
+				if o.run {
+					if err := g.initORT(); err != nil {
+						return err
+					}
+					opts := ort.SessionOptions{Provider: ort.Provider(o.device), IntraOpThreads: o.threads}
+					if r.Run, err = ort.Smoke(c.Context(), path, opts, o.batch, o.iterations); err != nil {
+						return err
+					}
+				}
+				sums = append(sums, r)
 			}
 			w := c.OutOrStdout()
 			if o.output == "json" {
@@ -66,7 +96,13 @@ Triton can batch it (every input and output has a dynamic first dimension).`,
 			return nil
 		},
 	}
-	c.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f := c.Flags()
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.BoolVar(&o.run, "run", false, "also run the model once through ONNX Runtime on synthetic inputs and time it")
+	f.IntVar(&o.batch, "batch", 1, "with --run: size of dynamic first dimensions")
+	f.IntVar(&o.iterations, "iterations", 10, "with --run: timed runs after one warm-up")
+	f.StringVar(&o.device, "device", "cpu", "with --run: execution provider: cpu, cuda or tensorrt")
+	f.IntVar(&o.threads, "threads", 0, "with --run: intra-op threads (0: ONNX Runtime's default)")
 	return c
 }
 
@@ -85,7 +121,8 @@ func inspectFile(path string) (onnx.Summary, error) {
 	return onnx.Summarize(m), nil
 }
 
-func printSummary(w io.Writer, s onnx.Summary) {
+func printSummary(w io.Writer, r inspectResult) {
+	s := r.Summary
 	fmt.Fprintf(w, "model:      %s\n", s.Path)
 	fmt.Fprintf(w, "ir_version: %d\n", s.IRVersion)
 	var ops []string
@@ -124,6 +161,17 @@ func printSummary(w io.Writer, s onnx.Summary) {
 	}
 	for _, warn := range s.Warnings {
 		fmt.Fprintf(w, "warning:    %s\n", warn)
+	}
+	if run := r.Run; run != nil {
+		fmt.Fprintf(w, "\nrun:        ONNX Runtime %s, %s, batch %d: mean %.3f ms, p50 %.3f ms, max %.3f ms over %d runs\n",
+			run.ORTVersion, run.Provider, run.Batch, run.LatencyMeanMS, run.LatencyP50MS, run.LatencyMaxMS, run.Iterations)
+		for _, o := range run.Outputs {
+			finite := "all finite"
+			if !o.Finite {
+				finite = "NaN/Inf present"
+			}
+			fmt.Fprintf(w, "  %s %s %v: min %.4g max %.4g mean %.4g (%s)\n", o.Name, o.Type, o.Shape, o.Min, o.Max, o.Mean, finite)
+		}
 	}
 }
 

@@ -1,0 +1,68 @@
+package cmd
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+
+	"github.com/kiln-ml/kiln/ort"
+)
+
+func init() {
+	advisors = append(advisors, func(err error) string {
+		var nf *ort.LibraryNotFoundError
+		if errors.As(err, &nf) {
+			return "run `make deps` in the kiln checkout (it fetches ONNX Runtime into .cache/ort/), or pass --ort-lib / set KILN_ORT_LIB to a libonnxruntime.so of version >= " + ort.MinVersion
+		}
+		var pu *ort.ProviderUnavailableError
+		if errors.As(err, &pu) {
+			return "this ONNX Runtime library has no " + string(pu.Provider) + " execution provider: point --ort-lib at an ONNX Runtime GPU build, or use --device cpu"
+		}
+		var ie *ort.InitError
+		if errors.As(err, &ie) {
+			return "kiln needs ONNX Runtime >= " + ort.MinVersion + "; `make deps` fetches a matching CPU build"
+		}
+		return ""
+	})
+}
+
+// initORT finds and loads ONNX Runtime: --ort-lib, then $KILN_ORT_LIB, then
+// .cache/ort/ in the working directory or any parent (a kiln checkout), then
+// next to the kiln binary, then the system.
+func (g *globalOptions) initORT() error {
+	env := os.Getenv("KILN_ORT_LIB")
+	var lastErr error
+	for _, dir := range projectDirs() {
+		path, err := ort.FindLibrary(g.ortLib, env, dir)
+		if err == nil {
+			return ort.Init(path)
+		}
+		lastErr = err
+		if g.ortLib != "" || env != "" {
+			break // an explicit choice that does not exist is an error, not a fallback
+		}
+	}
+	return lastErr
+}
+
+func projectDirs() []string {
+	var dirs []string
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, ".cache", "ort")); err == nil {
+				dirs = append(dirs, d)
+				break
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	if len(dirs) == 0 {
+		dirs = append(dirs, ".")
+	}
+	return dirs
+}
