@@ -71,6 +71,7 @@ publishes them, and verifies every artifact against the fp32 reference.`,
 
 	root.AddCommand(
 		newInspectCmd(g),
+		newPbtxtCmd(g),
 		newVersionCmd(),
 	)
 	return root
