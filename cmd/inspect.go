@@ -97,7 +97,7 @@ Triton can batch it (every input and output has a dynamic first dimension).`,
 		},
 	}
 	f := c.Flags()
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.StringVar(&o.output, "output", "text", "output format: text or json")
 	f.BoolVar(&o.run, "run", false, "also run the model once through ONNX Runtime on synthetic inputs and time it")
 	f.IntVar(&o.batch, "batch", 1, "with --run: size of dynamic first dimensions")
 	f.IntVar(&o.iterations, "iterations", 10, "with --run: timed runs after one warm-up")

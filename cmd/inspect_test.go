@@ -58,7 +58,7 @@ func TestInspectCorpus(t *testing.T) {
 		}
 		n++
 		for _, format := range []string{"text", "json"} {
-			out, errOut, code := run(t, "inspect", "-o", format, p)
+			out, errOut, code := run(t, "inspect", "--output", format, p)
 			if code != 0 {
 				t.Errorf("kiln inspect -o %s %s = exit %d: %s", format, p, code, errOut)
 			}
@@ -90,7 +90,7 @@ func TestInspectErrors(t *testing.T) {
 		{[]string{"inspect", filepath.Join(dir, "missing.onnx")}, 1, "missing.onnx"},
 		{[]string{"inspect", dir}, 1, "is a directory"},
 		{[]string{"inspect"}, 2, "requires at least 1 arg"},
-		{[]string{"inspect", "-o", "yaml", trunc}, 2, "--output must be text or json"},
+		{[]string{"inspect", "--output", "yaml", trunc}, 2, "--output must be text or json"},
 		{[]string{"inspect", "--bogus"}, 2, "unknown flag"},
 		{[]string{"inspect", "--run", "--ort-lib", filepath.Join(dir, "nope.so"), filepath.Join("..", "testdata", "tinynet.onnx")}, 1, "make deps"},
 	}
@@ -106,7 +106,7 @@ func TestInspectErrors(t *testing.T) {
 }
 
 func TestInspectRun(t *testing.T) {
-	out, errOut, code := run(t, "inspect", "--run", "--batch", "3", "--iterations", "2", "-o", "json", filepath.Join("..", "testdata", "tinynet.onnx"))
+	out, errOut, code := run(t, "inspect", "--run", "--batch", "3", "--iterations", "2", "--output", "json", filepath.Join("..", "testdata", "tinynet.onnx"))
 	if code != 0 {
 		t.Fatalf("inspect --run = exit %d: %s", code, errOut)
 	}
