@@ -23,6 +23,9 @@ const (
 	// PathCalibCache is implicit quantization from a calibration cache:
 	// --int8 --fp16 --calib (TensorRT 8-10).
 	PathCalibCache PrecisionPath = "int8-calib-cache"
+	// PathRandomRanges is --int8 --fp16 without a cache: trtexec's
+	// placeholder ranges, for performance-only engines (TensorRT 8-10).
+	PathRandomRanges PrecisionPath = "int8-random-ranges"
 )
 
 // UnsupportedError reports a build the TensorRT release cannot do.
@@ -53,6 +56,7 @@ var MinTRT = TRTVersion{Major: 8}
 //	fp16, fp16 ONNX  --fp16                   --stronglyTyped           (none: strongly typed)
 //	int8 qdq         --int8 --fp16            --stronglyTyped           (none: strongly typed)
 //	int8 cache       --int8 --fp16 --calib=C  --int8 --fp16 --calib=C   refused: no --calib
+//	int8 random      --int8 --fp16            --int8 --fp16             refused: no --int8
 //
 // --fp16 with int8 lets layers without scales run in fp16 instead of fp32
 // (reference/formats.md §3.2, §7.4). TensorRT 10 says of Q/DQ models "use
@@ -116,6 +120,8 @@ func buildArgs(spec BuildSpec, v TRTVersion) ([]string, PrecisionPath, error) {
 			return unsupported("TensorRT 11 builds fp16 only from an fp16 ONNX model; run the fp16 rewrite first")
 		case spec.Precision == INT8 && spec.int8Mode() == Int8Cache:
 			return unsupported("TensorRT 11 has no calibration caches (--calib was removed); build int8 from a Q/DQ ONNX model")
+		case spec.Precision == INT8 && spec.int8Mode() == Int8Random:
+			return unsupported("TensorRT 11 has no --int8 flag, so it cannot build engines with placeholder ranges; calibrate and build from the Q/DQ ONNX model")
 		}
 		path = PathStronglyTyped
 	case spec.Precision == FP16:
@@ -130,6 +136,8 @@ func buildArgs(spec BuildSpec, v TRTVersion) ([]string, PrecisionPath, error) {
 		} else {
 			path, flags = PathQDQFlags, []string{"--int8", "--fp16"}
 		}
+	case spec.int8Mode() == Int8Random:
+		path, flags = PathRandomRanges, []string{"--int8", "--fp16"}
 	default: // int8 from a calibration cache, TensorRT 8-10
 		path, flags = PathCalibCache, []string{"--int8", "--fp16", "--calib=" + spec.CalibCache}
 	}

@@ -29,6 +29,10 @@ const (
 	// Int8Cache builds the fp32 ONNX model with a TensorRT calibration cache
 	// (implicit quantization; TensorRT 8-10 only).
 	Int8Cache Int8Mode = "cache"
+	// Int8Random builds the fp32 model with --int8 and no calibration:
+	// trtexec then uses placeholder ranges (reference/formats.md §2.1). Such
+	// engines are for performance measurements only, never for accuracy.
+	Int8Random Int8Mode = "random"
 )
 
 // Hardware compatibility levels of --hardwareCompatibilityLevel.
@@ -148,8 +152,12 @@ func (s BuildSpec) Validate() error {
 			if s.CalibCache == "" {
 				bad("int8 mode cache needs a calibration cache (without one trtexec uses placeholder ranges)")
 			}
+		case Int8Random:
+			if s.ONNXIsQDQ || s.ONNXIsFP16 || s.CalibCache != "" {
+				bad("int8 mode random needs the fp32 ONNX model and no calibration cache")
+			}
 		default:
-			bad("unknown int8 mode %q (want qdq or cache)", s.Int8Mode)
+			bad("unknown int8 mode %q (want qdq, cache or random)", s.Int8Mode)
 		}
 	case "":
 		bad("no precision given (want fp32, fp16 or int8)")
