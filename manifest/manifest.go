@@ -127,11 +127,16 @@ type File struct {
 
 // Model is the record of one Triton model in the repository.
 type Model struct {
-	Name        string          `json:"name"`
-	Variant     Variant         `json:"variant"`
-	Source      Digest          `json:"source"`
-	Version     int64           `json:"version"`
-	Files       []File          `json:"files"`
+	Name    string  `json:"name"`
+	Variant Variant `json:"variant"`
+	Source  Digest  `json:"source"`
+	Version int64   `json:"version"`
+	Files   []File  `json:"files"`
+	// Inputs and Outputs are the model's signature as the model file
+	// declares it (full shapes, -1 for dynamic); for TensorRT plans this
+	// record is the only readable copy.
+	Inputs      []Tensor        `json:"inputs,omitempty"`
+	Outputs     []Tensor        `json:"outputs,omitempty"`
 	Calibration *Calibration    `json:"calibration,omitempty"`
 	Build       *Build          `json:"build,omitempty"`
 	Checks      json.RawMessage `json:"checks,omitempty"`
@@ -139,6 +144,13 @@ type Model struct {
 	// here), "failed" or "perf-only" (int8 from random ranges).
 	Status string `json:"status"`
 	Note   string `json:"note,omitempty"`
+}
+
+// Tensor is one input or output of a model file.
+type Tensor struct {
+	Name  string  `json:"name"`
+	Type  string  `json:"type"` // ONNX element type name: float32, float16, int64, ...
+	Shape []int64 `json:"shape"`
 }
 
 // Calibration records how INT8 ranges were obtained.
