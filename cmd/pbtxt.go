@@ -13,8 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/pbtxt"
+	"github.com/kiln-ml/kiln/pbtxt/configpb"
 )
 
 func newPbtxtCmd(g *globalOptions) *cobra.Command {
@@ -289,9 +291,14 @@ would be right. Exit status 3 when an error is found.`,
 			if o.gpus < 0 || o.defaultMBS < 0 {
 				return usageErr(errors.New("--gpus and --default-max-batch must not be negative"))
 			}
-			opts := pbtxt.LintOptions{GPUs: o.gpus, DefaultMaxBatchSize: o.defaultMBS}
 			var all pbtxt.Problems
 			for _, path := range args {
+				opts := pbtxt.LintOptions{GPUs: o.gpus, DefaultMaxBatchSize: o.defaultMBS}
+				plans, err := planSignatures(path)
+				if err != nil {
+					return err
+				}
+				opts.Plans = plans
 				ps, err := pbtxt.LintPath(path, opts)
 				if err != nil {
 					return err
@@ -333,4 +340,37 @@ would be right. Exit status 3 when an error is found.`,
 	f.IntVar(&o.gpus, "gpus", 0, "number of GPUs on the serving machine, to check gpu ids (0: unknown)")
 	f.IntVar(&o.defaultMBS, "default-max-batch", 0, "Triton's default-max-batch-size for auto-complete (0: Triton's default, 4)")
 	return c
+}
+
+// planSignatures reads the plan signatures kiln recorded in the kiln.json of
+// a repository (or of the repository a model directory is in), so that lint
+// can check TensorRT configs against engines it cannot open itself.
+func planSignatures(path string) (map[string]pbtxt.Signature, error) {
+	for _, dir := range []string{path, filepath.Dir(path), filepath.Dir(filepath.Dir(path))} {
+		mf := filepath.Join(dir, manifest.FileName)
+		if st, err := os.Stat(mf); err != nil || !st.Mode().IsRegular() {
+			continue
+		}
+		m, err := manifest.Read(mf)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]pbtxt.Signature{}
+		for _, rec := range m.Models {
+			if rec.Variant.Runtime != manifest.RuntimeTRT || len(rec.Inputs) == 0 {
+				continue
+			}
+			out[rec.Name] = pbtxt.Signature{Inputs: sigTensors(rec.Inputs), Outputs: sigTensors(rec.Outputs)}
+		}
+		return out, nil
+	}
+	return nil, nil
+}
+
+func sigTensors(ts []manifest.Tensor) []pbtxt.TensorSig {
+	out := make([]pbtxt.TensorSig, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, pbtxt.TensorSig{Name: t.Name, DataType: configpb.DataType(configpb.DataType_value[t.Type]), Shape: t.Shape})
+	}
+	return out
 }

@@ -149,7 +149,7 @@ type Model struct {
 // Tensor is one input or output of a model file.
 type Tensor struct {
 	Name  string  `json:"name"`
-	Type  string  `json:"type"` // ONNX element type name: float32, float16, int64, ...
+	Type  string  `json:"type"` // Triton data type name: TYPE_FP32, TYPE_INT64, ...
 	Shape []int64 `json:"shape"`
 }
 

@@ -162,6 +162,10 @@ type WriteSpec struct {
 	ModelPath string
 	// Labels maps label file names (as in label_filename) to their content.
 	Labels map[string][]byte
+	// VersionFiles are more files to copy into the version directory next to
+	// the model file (name -> source path), such as a TensorRT build log.
+	// Triton's backends read only their model file and ignore them.
+	VersionFiles map[string]string
 }
 
 // WriteModel writes <repo>/<model>/config.pbtxt, <repo>/<model>/<version>/
@@ -235,6 +239,14 @@ func WriteModel(repo string, s WriteSpec) (err error) {
 		}
 		if err := copyTree(s.ModelPath, filepath.Join(vdir, file)); err != nil {
 			return fmt.Errorf("writing model %s: copying %s: %w", name, s.ModelPath, err)
+		}
+	}
+	for fname, src := range s.VersionFiles {
+		if filepath.Base(fname) != fname || fname == DefaultModelFilename(c) {
+			return fmt.Errorf("writing model %s: extra file name %q must be a plain name other than the model file", name, fname)
+		}
+		if err := copyTree(src, filepath.Join(vdir, fname)); err != nil {
+			return fmt.Errorf("writing model %s: copying %s: %w", name, src, err)
 		}
 	}
 	if err := syncDir(tmp); err != nil {
