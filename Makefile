@@ -46,6 +46,7 @@ demo: ort build ## inspect and run the model kiln ships in testdata/
 
 bench: ort ## run the benchmarks recorded in BENCHMARKS.md
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./onnx/ ./ort/ ./pbtxt/ ./calibrate/ ./convert/
+	bench/peakmem.sh
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
 	@scripts/fuzz.sh $(FUZZTIME)

@@ -3,7 +3,9 @@ package onnx_test
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
+	"time"
 	"testing"
 
 	"github.com/kiln-ml/kiln/internal/testmodels"
@@ -92,4 +94,41 @@ func BenchmarkSave100MB(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkLoadSaveRatio alternates the operation and its baseline in one
+// loop, so that noise from other processes hits both alike, and reports the
+// ratios as metrics (load/read, save/write). A GC runs before every timed
+// step (outside the timing) so each starts from the same heap state rather
+// than paying for the previous step's garbage.
+func BenchmarkLoadSaveRatio(b *testing.B) {
+	path := bigModel(b)
+	out := filepath.Join(bigDir, "ratio.onnx")
+	var read, load, write, save time.Duration
+	timed := func(acc *time.Duration, f func() error) {
+		runtime.GC()
+		t0 := time.Now()
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+		*acc += time.Since(t0)
+	}
+	for i := 0; i < b.N; i++ {
+		var data []byte
+		var m *onnx.Model
+		timed(&read, func() (err error) { data, err = os.ReadFile(path); return })
+		data = nil
+		timed(&load, func() (err error) { m, err = onnx.Load(path); return })
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		timed(&write, func() error { return onnx.WriteFileAtomic(out, raw, 0o644) })
+		timed(&save, func() error { return m.Save(out) })
+		runtime.KeepAlive(data)
+	}
+	b.ReportMetric(float64(load)/float64(read), "load/read")
+	b.ReportMetric(float64(save)/float64(write), "save/write")
+	b.ReportMetric(float64(load.Milliseconds())/float64(b.N), "load-ms")
+	b.ReportMetric(float64(read.Milliseconds())/float64(b.N), "read-ms")
 }
