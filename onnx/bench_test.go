@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/kiln-ml/kiln/internal/testmodels"
 	"github.com/kiln-ml/kiln/onnx"
