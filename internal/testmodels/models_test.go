@@ -45,3 +45,26 @@ func TestWideSize(t *testing.T) {
 		t.Errorf("Wide(8) has %d bytes of weights, want about 8 MiB", total)
 	}
 }
+
+func TestWriteImagesDeterministic(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	if err := testmodels.WriteImages(a, 3, 16, 12, 5); err != nil {
+		t.Fatal(err)
+	}
+	testmodels.WriteImages(b, 3, 16, 12, 5)
+	for _, name := range []string{"img_0000.png", "img_0001.png", "img_0002.png"} {
+		x, err := os.ReadFile(filepath.Join(a, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, _ := os.ReadFile(filepath.Join(b, name))
+		if !bytes.Equal(x, y) {
+			t.Errorf("WriteImages is not deterministic for %s", name)
+		}
+	}
+	x, _ := os.ReadFile(filepath.Join(a, "img_0000.png"))
+	y, _ := os.ReadFile(filepath.Join(a, "img_0001.png"))
+	if bytes.Equal(x, y) {
+		t.Error("WriteImages wrote the same image twice")
+	}
+}

@@ -1,5 +1,6 @@
 // Command gen writes the models kiln ships under testdata/ (run through
-// `go generate ./...` or `make generate`).
+// `go generate ./...` or `make generate`), or with -images DIR synthetic
+// images for calibration runs (scripts/gpu-check.sh uses them).
 package main
 
 import (
@@ -15,7 +16,17 @@ import (
 
 func main() {
 	out := flag.String("o", "testdata", "output directory")
+	images := flag.String("images", "", "instead of the models, write synthetic PNG images to this directory")
+	n := flag.Int("n", 64, "with -images: how many")
+	size := flag.Int("size", 32, "with -images: width and height")
 	flag.Parse()
+	if *images != "" {
+		if err := testmodels.WriteImages(*images, *n, *size, *size, 1); err != nil {
+			fmt.Fprintln(os.Stderr, "gen:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*out); err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
