@@ -1,0 +1,55 @@
+package convert
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kiln-ml/kiln/internal/testmodels"
+	"github.com/kiln-ml/kiln/onnx"
+)
+
+// BenchmarkFP16Wide100MB compares the FP16 rewrite of a ~100 MB model
+// (load, ToFP16, save) with loading and saving the same model in the same
+// run; the target is at most twice the baseline. SetBytes is the input
+// file's size for both.
+func BenchmarkFP16Wide100MB(b *testing.B) {
+	dir := b.TempDir()
+	path := filepath.Join(dir, "wide100.onnx")
+	if err := (&onnx.Model{Proto: testmodels.Wide(100, 7)}).Save(path); err != nil {
+		b.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := filepath.Join(dir, "out.onnx")
+	b.Run("baseline-load+save", func(b *testing.B) {
+		b.SetBytes(st.Size())
+		for i := 0; i < b.N; i++ {
+			m, err := onnx.Load(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Save(out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("load+ToFP16+save", func(b *testing.B) {
+		b.SetBytes(st.Size())
+		for i := 0; i < b.N; i++ {
+			m, err := onnx.Load(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h, _, err := ToFP16(m, FP16Options{KeepIOTypes: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := h.Save(out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

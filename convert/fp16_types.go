@@ -1,0 +1,294 @@
+package convert
+
+import (
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
+)
+
+// ONNX's shape inference is not available in Go, and the FP16 rewrite only
+// needs element types, so it infers them itself: for almost every operator
+// an output has the element type of its first input; the exceptions below
+// are taken from the operators' type constraints in the ONNX specification
+// (onnx/onnx docs/Operators.md). An operator that is not listed at all is
+// not guessed at: its outputs are typed from the graph's value_info, or the
+// rewrite refuses the model.
+
+// sameAsFirst lists default-domain operators whose every output has the
+// element type of input 0.
+var sameAsFirst = setOf(
+	"Abs", "Acos", "Acosh", "Add", "AffineGrid", "Asin", "Asinh", "Atan", "Atanh", "Attention",
+	"AveragePool", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "Ceil", "Celu",
+	"CenterCropPad", "Clip", "Col2Im", "Compress", "Concat", "Conv", "ConvTranspose", "Cos", "Cosh",
+	"Crop", "CumSum", "DFT", "DeformConv", "DepthToSpace", "Det", "Div", "Einsum", "Elu", "Erf",
+	"Exp", "Expand", "Flatten", "Floor", "GRU", "Gather", "GatherElements", "GatherND", "Gelu",
+	"Gemm", "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool", "GridSample", "GroupNormalization",
+	"HardSigmoid", "HardSwish", "Hardmax", "Identity", "ImageScaler", "InstanceNormalization", "LRN",
+	"LSTM", "LeakyRelu", "Log", "LogSoftmax", "LpNormalization", "LpPool", "MatMul", "Max",
+	"MaxRoiPool", "MaxUnpool", "Mean", "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul",
+	"Neg", "NegativeLogLikelihoodLoss", "PRelu", "Pad", "Pow", "RMSNormalization", "RNN",
+	"Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
+	"ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
+	"Resize", "ReverseSequence", "RoiAlign", "RotaryEmbedding", "Round", "STFT", "Scale", "Scatter",
+	"ScatterElements", "ScatterND", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Slice",
+	"Softmax", "SoftmaxCrossEntropyLoss", "Softplus", "Softsign", "SpaceToDepth", "Split", "Sqrt",
+	"Squeeze", "Sub", "Sum", "Swish", "Tan", "Tanh", "TensorScatter", "ThresholdedRelu", "Tile",
+	"Transpose", "Trilu", "Unsqueeze", "Upsample", "Range",
+)
+
+// Outputs with a fixed element type, whatever the inputs are.
+var (
+	int64Out = setOf("Shape", "Size", "NonZero", "ArgMax", "ArgMin", "NonMaxSuppression")
+	boolOut  = setOf("Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor",
+		"Not", "IsInf", "IsNaN", "RegexFullMatch")
+	int32Out = setOf("MatMulInteger", "ConvInteger")
+)
+
+// typeAttr is an attribute that sets an operator's output element type.
+type typeAttr struct {
+	name string
+	def  onnx.DataType // Undefined: the type of input 0
+}
+
+// typeAttrs lists the operators whose output type an attribute chooses. A
+// kept (non-blocked) node of these whose output is float32 gets the
+// attribute set to FLOAT16, added when absent (onnxruntime float16.py does
+// the same for dtype).
+var typeAttrs = map[string]typeAttr{
+	"Cast":              {"to", onnx.Undefined},
+	"RandomNormal":      {"dtype", onnx.Float},
+	"RandomUniform":     {"dtype", onnx.Float},
+	"RandomNormalLike":  {"dtype", onnx.Undefined},
+	"RandomUniformLike": {"dtype", onnx.Undefined},
+	"EyeLike":           {"dtype", onnx.Undefined},
+	"Bernoulli":         {"dtype", onnx.Undefined},
+	"Multinomial":       {"dtype", onnx.Int32},
+	"HannWindow":        {"output_datatype", onnx.Float},
+	"HammingWindow":     {"output_datatype", onnx.Float},
+	"BlackmanWindow":    {"output_datatype", onnx.Float},
+	"MelWeightMatrix":   {"output_datatype", onnx.Float},
+}
+
+// controlFlow lists the operators that own subgraphs.
+var controlFlow = setOf("If", "Loop", "Scan")
+
+// unsupportedOps are default-domain operators on sequences and optionals,
+// whose values the rewrite does not track.
+var unsupportedOps = setOf("SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase",
+	"SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence", "ConcatFromSequence",
+	"Optional", "OptionalGetElement", "OptionalHasElement")
+
+func setOf(s ...string) map[string]bool {
+	m := make(map[string]bool, len(s))
+	for _, v := range s {
+		m[v] = true
+	}
+	return m
+}
+
+func isDefaultDomain(n *onnxpb.NodeProto) bool {
+	d := n.GetDomain()
+	return d == "" || d == "ai.onnx"
+}
+
+func attr(n *onnxpb.NodeProto, name string) *onnxpb.AttributeProto {
+	for _, a := range n.GetAttribute() {
+		if a.GetName() == name {
+			return a
+		}
+	}
+	return nil
+}
+
+func attrInt(n *onnxpb.NodeProto, name string, def int64) int64 {
+	if a := attr(n, name); a != nil && a.I != nil {
+		return a.GetI()
+	}
+	return def
+}
+
+// inferOutputs returns the element types of a default-domain node's
+// outputs from the types of its inputs (Undefined where not known), or
+// ok false when the rules do not cover the operator. Control-flow nodes are
+// typed by the caller from their subgraphs.
+func inferOutputs(n *onnxpb.NodeProto, in []onnx.DataType) (out []onnx.DataType, ok bool) {
+	op := n.GetOpType()
+	k := len(n.GetOutput())
+	get := func(i int) onnx.DataType {
+		if i < len(in) {
+			return in[i]
+		}
+		return onnx.Undefined
+	}
+	all := func(dt onnx.DataType) []onnx.DataType {
+		out := make([]onnx.DataType, k)
+		for i := range out {
+			out[i] = dt
+		}
+		return out
+	}
+	if !isDefaultDomain(n) {
+		return nil, false
+	}
+	if ta, found := typeAttrs[op]; found {
+		def := ta.def
+		if def == onnx.Undefined {
+			def = get(0)
+		}
+		return all(onnx.DataType(attrInt(n, ta.name, int64(def)))), true
+	}
+	switch {
+	case sameAsFirst[op]:
+		return all(get(0)), true
+	case int64Out[op]:
+		return all(onnx.Int64), true
+	case boolOut[op]:
+		return all(onnx.Bool), true
+	case int32Out[op]:
+		return all(onnx.Int32), true
+	}
+	switch op {
+	case "Constant":
+		return all(constantType(n)), true
+	case "ConstantOfShape":
+		if a := attr(n, "value"); a != nil && a.T != nil {
+			return all(onnx.DataType(a.T.GetDataType())), true
+		}
+		return all(onnx.Float), true
+	case "CastLike":
+		return all(get(1)), true
+	case "Where":
+		return all(get(1)), true
+	case "OneHot":
+		return all(get(2)), true
+	case "TopK", "MaxPool":
+		out := all(onnx.Int64)
+		out[0] = get(0)
+		return out, true
+	case "Unique":
+		out := all(onnx.Int64)
+		out[0] = get(0)
+		return out, true
+	case "Dropout":
+		out := all(onnx.Bool)
+		out[0] = get(0)
+		return out, true
+	case "BatchNormalization":
+		// Outputs 1-4 (training mode) have the type of the running mean.
+		out := all(get(3))
+		out[0] = get(0)
+		return out, true
+	case "LayerNormalization":
+		// Mean and InvStdDev have type U, chosen by stash_type (float).
+		out := all(onnx.DataType(attrInt(n, "stash_type", int64(onnx.Float))))
+		out[0] = get(0)
+		return out, true
+	case "DequantizeLinear":
+		if dt := attrInt(n, "output_dtype", 0); dt != 0 {
+			return all(onnx.DataType(dt)), true
+		}
+		if len(in) > 1 && get(1) != onnx.Undefined {
+			return all(get(1)), true
+		}
+		return all(onnx.Float), true
+	case "QuantizeLinear":
+		if dt := attrInt(n, "output_dtype", 0); dt != 0 {
+			return all(onnx.DataType(dt)), true
+		}
+		if len(n.GetInput()) > 2 && n.GetInput()[2] != "" {
+			return all(get(2)), true
+		}
+		return all(onnx.Uint8), true
+	case "DynamicQuantizeLinear":
+		return []onnx.DataType{onnx.Uint8, onnx.Float, onnx.Uint8}[:k], true
+	case "QLinearConv", "QLinearMatMul":
+		return all(get(7)), true
+	case "TfIdfVectorizer":
+		return all(onnx.Float), true
+	case "StringConcat", "StringNormalizer":
+		return all(onnx.String), true
+	case "StringSplit":
+		out := all(onnx.Int64)
+		out[0] = onnx.String
+		return out, true
+	case "ImageDecoder":
+		return all(onnx.Uint8), true
+	}
+	return nil, false
+}
+
+// constantType is the element type a Constant node produces.
+func constantType(n *onnxpb.NodeProto) onnx.DataType {
+	for _, a := range n.GetAttribute() {
+		switch a.GetName() {
+		case "value":
+			if a.T != nil {
+				return onnx.DataType(a.T.GetDataType())
+			}
+		case "value_float", "value_floats":
+			return onnx.Float
+		case "value_int", "value_ints":
+			return onnx.Int64
+		case "value_string", "value_strings":
+			return onnx.String
+		case "sparse_value":
+			if a.SparseTensor != nil {
+				return onnx.DataType(a.SparseTensor.GetValues().GetDataType())
+			}
+		}
+	}
+	return onnx.Undefined
+}
+
+// fixedFloat reports whether output i of a kept node stays float32 whatever
+// its inputs are (the type is not tied to a converted input).
+func fixedFloat(n *onnxpb.NodeProto, i int) bool {
+	switch n.GetOpType() {
+	case "LayerNormalization":
+		return i > 0
+	case "TfIdfVectorizer":
+		return true
+	}
+	return false
+}
+
+// fp32Only reports why an operator must run in float32 at the given
+// default-domain opset, because its ONNX type constraints exclude float16
+// there (a float16 model using it would not load anywhere), or "".
+func fp32Only(op string, opset int64) string {
+	switch op {
+	case "DynamicQuantizeLinear", "NonMaxSuppression", "Range", "Celu":
+		return op + " has no float16 type in any opset"
+	case "QuantizeLinear", "DequantizeLinear":
+		if opset < 19 {
+			return op + " takes float16 only from opset 19 (formats.md §3.1)"
+		}
+	case "QLinearConv":
+		return op + " takes float32 scales only"
+	case "QLinearMatMul":
+		if opset < 21 {
+			return op + " takes float16 scales only from opset 21"
+		}
+	case "CumSum":
+		if opset < 14 {
+			return op + " takes float16 only from opset 14"
+		}
+	}
+	return ""
+}
+
+// alwaysFloatInputs are input slots of kept nodes that stay float32 because
+// the specification types them tensor(float) independently of the data
+// (onnxruntime float16.py ALWAYS_FLOAT_INPUTS, plus Upsample's scales).
+var alwaysFloatInputs = map[string][]int{
+	"Resize":   {2},
+	"Upsample": {1},
+}
+
+func alwaysFloat(op string, slot int) bool {
+	for _, s := range alwaysFloatInputs[op] {
+		if s == slot {
+			return true
+		}
+	}
+	return false
+}
