@@ -1,0 +1,366 @@
+package calibrate
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"math"
+	"sort"
+
+	"github.com/kiln-ml/kiln/dataset"
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/ort"
+)
+
+// OutputAccuracy compares one graph output of a quantized model with fp32.
+type OutputAccuracy struct {
+	Output string `json:"output"`
+	// Cosine is the cosine similarity of all values of the output over
+	// every validation sample.
+	Cosine float64 `json:"cosine"`
+	// MinCosine is the lowest per-sample cosine similarity.
+	MinCosine float64 `json:"min_cosine"`
+	MaxAbs    float64 `json:"max_abs_error"`
+	MeanAbs   float64 `json:"mean_abs_error"`
+	// Classifier is true for outputs shaped [N,C] with C > 1 or [N,C,1,1];
+	// then Top1 is the share of samples whose argmax agrees and Top5 the
+	// share whose fp32 argmax is among the quantized model's 5 best classes.
+	Classifier bool    `json:"classifier"`
+	Top1       float64 `json:"top1_agreement,omitempty"`
+	Top5       float64 `json:"top5_agreement,omitempty"`
+}
+
+// TensorError is the quantization error of one tensor as a signal-to-
+// quantization-noise ratio, 10*log10(sum x^2 / sum (x-x')^2) in dB.
+type TensorError struct {
+	Tensor string `json:"tensor"`
+	// Kind is "quantized" for a quantized activation, x' its fake-quantized
+	// value with its scale (the error of that Q/DQ alone), or "output" for
+	// the output of a quantized node, x' the Q/DQ model's value (the error
+	// accumulated up to that layer).
+	Kind string `json:"kind"`
+	// Node is the node that produces the tensor (for "output") or a node
+	// that reads it quantized (for "quantized").
+	Node string  `json:"node,omitempty"`
+	SQNR float64 `json:"sqnr_db"`
+}
+
+// Accuracy is the accuracy of one quantized model against fp32.
+type Accuracy struct {
+	Samples int              `json:"samples"`
+	Outputs []OutputAccuracy `json:"outputs"`
+	// Tensors are sorted from the worst (lowest SQNR) to the best.
+	Tensors []TensorError `json:"tensors"`
+}
+
+// Evaluate runs the fp32 model ref and every quantized model on batches and
+// compares their outputs and intermediate tensors (see Accuracy). The
+// quantized models must come from Quantize on ref. Only sums are kept, so
+// memory does not depend on the number of samples.
+func Evaluate(ctx context.Context, ref *onnx.Model, models []*Quantized, r Ranges, batches iter.Seq2[*dataset.Batch, error], so ort.SessionOptions) ([]*Accuracy, error) {
+	outputs := []string{}
+	for _, o := range ref.Outputs() {
+		outputs = append(outputs, o.Name)
+	}
+	scales := map[string]float64{}
+	for _, t := range r.Tensors {
+		scales[t.Tensor] = t.Scale
+	}
+	producer := onnx.NewIndex(ref.Graph()).Producer
+	type plan struct {
+		q       *Quantized
+		sess    *ort.Session
+		fetch   []string // outputs + quantized node outputs
+		layers  []string // quantized node outputs
+		acc     []outAcc
+		layer   map[string]*sqnr
+		samples int
+	}
+	refFetch := append([]string{}, outputs...)
+	fetched := map[string]bool{}
+	for _, o := range outputs {
+		fetched[o] = true
+	}
+	want := func(t string) {
+		if !fetched[t] {
+			fetched[t] = true
+			refFetch = append(refFetch, t)
+		}
+	}
+	local := map[string]*sqnr{}
+	var localOrder []string
+	plans := make([]*plan, len(models))
+	for i, q := range models {
+		p := &plan{q: q, layer: map[string]*sqnr{}, acc: make([]outAcc, len(outputs))}
+		p.fetch = append(p.fetch, outputs...)
+		for _, l := range q.Layers {
+			if !contains(outputs, l.Output) && !contains(p.layers, l.Output) {
+				p.layers = append(p.layers, l.Output)
+				p.fetch = append(p.fetch, l.Output)
+				p.layer[l.Output] = &sqnr{}
+				want(l.Output)
+			}
+		}
+		for _, a := range q.Activations {
+			if _, ok := local[a]; !ok {
+				local[a] = &sqnr{}
+				localOrder = append(localOrder, a)
+				want(a)
+			}
+		}
+		plans[i] = p
+	}
+	open := func(m *onnx.Model, fetch []string) (*ort.Session, error) {
+		aug, err := Augment(m, fetch)
+		if err != nil {
+			return nil, err
+		}
+		data, err := aug.Marshal()
+		if err != nil {
+			return nil, err
+		}
+		return ort.NewSessionFromBytes(data, so)
+	}
+	refSess, err := open(ref, refFetch)
+	if err != nil {
+		return nil, fmt.Errorf("opening the fp32 model: %w", err)
+	}
+	defer refSess.Close()
+	for _, p := range plans {
+		if p.sess, err = open(p.q.Model, p.fetch); err != nil {
+			return nil, fmt.Errorf("opening the Q/DQ model: %w", err)
+		}
+		defer p.sess.Close()
+	}
+	graphOrder, _ := Observed(ref)
+	samples := 0
+	for b, err := range batches {
+		if err != nil {
+			return nil, err
+		}
+		want, err := refSess.Run(ctx, b.Tensors, nil)
+		if err != nil {
+			return nil, fmt.Errorf("running fp32 on samples %s: %w", idRange(b.IDs), err)
+		}
+		if err := checkFinite(want, graphOrder, b.IDs); err != nil {
+			return nil, err
+		}
+		for _, a := range localOrder {
+			if t := want[a]; t != nil {
+				local[a].addFakeQuant(floats(t), scales[a])
+			}
+		}
+		for _, p := range plans {
+			got, err := p.sess.Run(ctx, b.Tensors, nil)
+			if err != nil {
+				return nil, fmt.Errorf("running the Q/DQ model on samples %s: %w", idRange(b.IDs), err)
+			}
+			for i, o := range outputs {
+				if err := p.acc[i].add(want[o], got[o], len(b.IDs)); err != nil {
+					return nil, fmt.Errorf("output %q: %w", o, err)
+				}
+			}
+			for _, l := range p.layers {
+				if w, g := want[l], got[l]; w != nil && g != nil {
+					p.layer[l].addPair(floats(w), floats(g))
+				}
+			}
+		}
+		samples += len(b.IDs)
+	}
+	if samples == 0 {
+		return nil, fmt.Errorf("evaluating: %w", dataset.ErrNoSamples)
+	}
+	res := make([]*Accuracy, len(plans))
+	for i, p := range plans {
+		a := &Accuracy{Samples: samples}
+		for j, o := range outputs {
+			a.Outputs = append(a.Outputs, p.acc[j].result(o))
+		}
+		for _, t := range p.q.Activations {
+			a.Tensors = append(a.Tensors, TensorError{Tensor: t, Kind: "quantized", Node: p.q.readers[t], SQNR: local[t].db()})
+		}
+		for _, l := range p.layers {
+			a.Tensors = append(a.Tensors, TensorError{Tensor: l, Kind: "output", Node: nodeName(producer[l]), SQNR: p.layer[l].db()})
+		}
+		sort.SliceStable(a.Tensors, func(x, y int) bool { return a.Tensors[x].SQNR < a.Tensors[y].SQNR })
+		res[i] = a
+	}
+	return res, nil
+}
+
+// checkFinite returns an *ActivationError for the first NaN or infinite
+// value among float32 results in graph order, naming the tensor and the sample.
+func checkFinite(res map[string]*onnx.Tensor, order []string, ids []string) error {
+	for _, n := range order {
+		if res[n] == nil {
+			continue
+		}
+		v := floats(res[n])
+		for i, x := range v {
+			if x-x != 0 {
+				sample := idRange(ids)
+				if per := len(v) / max(1, len(ids)); per > 0 && i/per < len(ids) {
+					sample = ids[i/per]
+				}
+				return &ActivationError{Tensor: n, Sample: sample, Err: &NonFiniteError{Index: i, Value: x}}
+			}
+		}
+	}
+	return nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func floats(t *onnx.Tensor) []float32 {
+	v, _ := t.Data.([]float32)
+	return v
+}
+
+// sqnr accumulates signal and noise energy.
+type sqnr struct{ signal, noise float64 }
+
+func (s *sqnr) addPair(x, y []float32) {
+	for i := range min(len(x), len(y)) {
+		d := float64(x[i]) - float64(y[i])
+		s.signal += float64(x[i]) * float64(x[i])
+		s.noise += d * d
+	}
+}
+
+// addFakeQuant adds x against its symmetric int8 fake quantization with
+// scale (activations saturate to [-128, 127] as QuantizeLinear does).
+func (s *sqnr) addFakeQuant(x []float32, scale float64) {
+	if scale <= 0 {
+		return
+	}
+	inv := 1 / scale
+	for _, v := range x {
+		q := math.RoundToEven(float64(v) * inv)
+		q = max(-128, min(127, q)) * scale
+		d := float64(v) - q
+		s.signal += float64(v) * float64(v)
+		s.noise += d * d
+	}
+}
+
+// db is the SQNR in dB, capped at 200 dB for an exact match (JSON has no +Inf).
+func (s *sqnr) db() float64 {
+	if s.noise == 0 {
+		return 200
+	}
+	if s.signal == 0 {
+		return -200
+	}
+	return math.Min(200, 10*math.Log10(s.signal/s.noise))
+}
+
+// outAcc accumulates the comparison of one output.
+type outAcc struct {
+	dot, nx, ny      float64
+	maxAbs, sumAbs   float64
+	n                int
+	minCos           float64
+	classifier       bool
+	rows, top1, top5 int
+	checked          bool
+}
+
+func (a *outAcc) add(want, got *onnx.Tensor, batch int) error {
+	if want == nil || got == nil {
+		return fmt.Errorf("missing from a model's results")
+	}
+	x, y := floats(want), floats(got)
+	if len(x) != len(y) {
+		return fmt.Errorf("fp32 gives %v values, the Q/DQ model %v", want.Dims, got.Dims)
+	}
+	if !a.checked {
+		a.checked = true
+		a.minCos = 1
+		d := want.Dims
+		a.classifier = (len(d) == 2 && d[1] > 1) || (len(d) == 4 && d[1] > 1 && d[2] == 1 && d[3] == 1)
+	}
+	rows := 1
+	if len(want.Dims) > 0 && want.Dims[0] > 0 {
+		rows = int(want.Dims[0])
+	}
+	per := len(x) / max(rows, 1)
+	for r := range rows {
+		xs, ys := x[r*per:(r+1)*per], y[r*per:(r+1)*per]
+		var dot, nx, ny float64
+		for i := range xs {
+			xv, yv := float64(xs[i]), float64(ys[i])
+			dot += xv * yv
+			nx += xv * xv
+			ny += yv * yv
+			d := math.Abs(xv - yv)
+			a.sumAbs += d
+			a.maxAbs = math.Max(a.maxAbs, d)
+		}
+		a.dot, a.nx, a.ny = a.dot+dot, a.nx+nx, a.ny+ny
+		a.minCos = math.Min(a.minCos, cosine(dot, nx, ny))
+		a.n += len(xs)
+		if a.classifier && per > 1 {
+			a.rows++
+			best := argmax(xs)
+			if argmax(ys) == best {
+				a.top1++
+			}
+			if rankOf(ys, best) < 5 {
+				a.top5++
+			}
+		}
+	}
+	return nil
+}
+
+func (a *outAcc) result(name string) OutputAccuracy {
+	o := OutputAccuracy{Output: name, Cosine: cosine(a.dot, a.nx, a.ny), MinCosine: a.minCos, MaxAbs: a.maxAbs, Classifier: a.classifier}
+	if a.n > 0 {
+		o.MeanAbs = a.sumAbs / float64(a.n)
+	}
+	if a.classifier && a.rows > 0 {
+		o.Top1 = float64(a.top1) / float64(a.rows)
+		o.Top5 = float64(a.top5) / float64(a.rows)
+	}
+	return o
+}
+
+// cosine is dot/(|x||y|), 1 when both are zero and 0 when one is.
+func cosine(dot, nx, ny float64) float64 {
+	switch {
+	case nx == 0 && ny == 0:
+		return 1
+	case nx == 0 || ny == 0:
+		return 0
+	}
+	return dot / math.Sqrt(nx*ny)
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// rankOf is the number of values greater than v[i] (ties count for i).
+func rankOf(v []float32, i int) int {
+	r := 0
+	for _, x := range v {
+		if x > v[i] {
+			r++
+		}
+	}
+	return r
+}

@@ -1,0 +1,446 @@
+package calibrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kiln-ml/kiln/dataset"
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
+	"github.com/kiln-ml/kiln/ort"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrNoFloatTensors is returned for a model that has no float32 tensor to
+// calibrate (no float32 graph input and no float32 node output).
+var ErrNoFloatTensors = errors.New("the model has no float32 tensors to calibrate")
+
+// ActivationError is a value calibration cannot use: a NaN or infinite
+// activation of one tensor for one sample.
+type ActivationError struct {
+	Tensor string
+	Sample string // the sample's ID
+	Err    error  // a *NonFiniteError
+}
+
+func (e *ActivationError) Error() string {
+	return fmt.Sprintf("sample %s: tensor %q: %v", e.Sample, e.Tensor, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *ActivationError) Unwrap() error { return e.Err }
+
+// Observed lists the tensors calibration observes, in graph order: every
+// float32 graph input and every node output that is or may be float32. These
+// are the tensors of the full calibration cache (TensorRT wants a range for
+// every network input and layer output) and a superset of the tensors the
+// Q/DQ model quantizes (inputs of Conv, ConvTranspose, Gemm and MatMul and
+// skip inputs of residual Adds are always graph inputs or node outputs).
+// Outputs whose type cannot be told from the graph are included; Collect
+// drops those that turn out not to be float32.
+func Observed(m *onnx.Model) ([]string, error) {
+	g := m.Graph()
+	if g == nil {
+		return nil, errors.New("the model has no graph")
+	}
+	types := inferTypes(m)
+	var names []string
+	seen := map[string]bool{}
+	add := func(name string) {
+		if name == "" || seen[name] {
+			return
+		}
+		seen[name] = true
+		if dt, ok := types[name]; ok && dt != onnx.Float {
+			return
+		}
+		names = append(names, name)
+	}
+	for _, in := range m.Inputs() {
+		add(in.Name)
+	}
+	nodes, err := onnx.TopoSort(g)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		for _, o := range n.GetOutput() {
+			add(o)
+		}
+	}
+	if len(names) == 0 {
+		return nil, ErrNoFloatTensors
+	}
+	return names, nil
+}
+
+// Augment returns a copy of m whose graph outputs also include tensors.
+// Added outputs carry their element type where the graph tells it and no
+// type otherwise (ONNX Runtime infers it); run the result with all outputs
+// fetched (a nil output list).
+func Augment(m *onnx.Model, tensors []string) (*onnx.Model, error) {
+	cp := &onnx.Model{Proto: proto.Clone(m.Proto).(*onnxpb.ModelProto)}
+	g := cp.Graph()
+	types := inferTypes(cp)
+	have := map[string]bool{}
+	for _, o := range g.GetOutput() {
+		have[o.GetName()] = true
+	}
+	for _, t := range tensors {
+		if !have[t] {
+			have[t] = true
+			if dt, ok := types[t]; ok && dt != onnx.Undefined {
+				g.Output = append(g.Output, onnx.TensorType(t, dt, onnx.Shape{}))
+			} else {
+				g.Output = append(g.Output, &onnxpb.ValueInfoProto{Name: proto.String(t)})
+			}
+		}
+	}
+	return cp, nil
+}
+
+// Stats are the activation statistics of a calibration run.
+type Stats struct {
+	// Tensors are the float32 tensors observed, in graph order.
+	Tensors []string
+	// Hist holds each tensor's running min/max and histogram of |x|.
+	Hist map[string]*Histogram
+	// Samples is the number of samples run; Seen counts per tensor the
+	// samples in which it was produced.
+	Samples int
+	Seen    map[string]int
+	// IDs are the samples' IDs in the order they ran.
+	IDs []string
+}
+
+// CollectOptions configure Collect.
+type CollectOptions struct {
+	// Session configures ONNX Runtime.
+	Session ort.SessionOptions
+	// Progress is called with the number of samples after each batch's
+	// statistics are in (it must not block); nil ignores progress.
+	Progress func(samples int)
+	// Workers adding to histograms; 0 means half of GOMAXPROCS (at least
+	// one): ONNX Runtime's own threads need the other half.
+	Workers int
+}
+
+// Collect runs batches through the model with every observed tensor (see
+// Observed) as an extra output and keeps, per tensor, the running min/max and
+// a histogram of |x|. Work is pipelined: reading a batch, running ONNX
+// Runtime and adding to the histograms overlap, and at most three batches are
+// held at once, so memory does not grow with the number of samples.
+// A NaN or infinite activation stops the run with an *ActivationError.
+func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batch, error], opts CollectOptions) (*Stats, error) {
+	names, err := Observed(m)
+	if err != nil {
+		return nil, err
+	}
+	aug, err := Augment(m, names)
+	if err != nil {
+		return nil, err
+	}
+	data, err := aug.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("augmenting the model: %w", err)
+	}
+	sess, err := ort.NewSessionFromBytes(data, opts.Session)
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+
+	st := &Stats{Hist: map[string]*Histogram{}, Seen: map[string]int{}}
+	for _, n := range names {
+		st.Hist[n] = NewHistogram()
+	}
+	parent := ctx
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	type result struct {
+		ids  []string
+		outs map[string]*onnx.Tensor
+	}
+	read := make(chan *dataset.Batch, 1)
+	ran := make(chan result, 1)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // read batches: decoding images overlaps with inference
+		defer wg.Done()
+		defer close(read)
+		for b, err := range batches {
+			if err != nil {
+				cancel(err)
+				return
+			}
+			select {
+			case read <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { // run ONNX Runtime
+		defer wg.Done()
+		defer close(ran)
+		for b := range read {
+			outs, err := sess.Run(ctx, b.Tensors, nil)
+			if err != nil {
+				cancel(fmt.Errorf("batch of samples %s: %w", idRange(b.IDs), err))
+				return
+			}
+			select {
+			case ran <- result{b.IDs, outs}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = max(1, runtime.GOMAXPROCS(0)/2)
+	}
+	first := true
+	for r := range ran {
+		if first {
+			st.Tensors = keepFloat(names, r.outs)
+			if len(st.Tensors) == 0 {
+				cancel(ErrNoFloatTensors)
+				break
+			}
+			first = false
+		}
+		if err := st.add(r.ids, r.outs, workers); err != nil {
+			cancel(err)
+			break
+		}
+		if opts.Progress != nil {
+			opts.Progress(len(r.ids))
+		}
+	}
+	cancel(nil) // stop the pipeline if the loop broke early
+	for range ran {
+	}
+	wg.Wait()
+	if err := parent.Err(); err != nil {
+		return nil, err
+	}
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return nil, err // the first error of any stage
+	}
+	if st.Samples == 0 {
+		return nil, dataset.ErrNoSamples
+	}
+	for n := range st.Hist {
+		if st.Seen[n] == 0 {
+			delete(st.Hist, n)
+		}
+	}
+	return st, nil
+}
+
+// keepFloat drops the observed tensors that ONNX Runtime returned with
+// another element type than float32.
+func keepFloat(names []string, outs map[string]*onnx.Tensor) []string {
+	var keep []string
+	for _, n := range names {
+		if t, ok := outs[n]; ok && t.Type == onnx.Float {
+			keep = append(keep, n)
+		}
+	}
+	return keep
+}
+
+// add adds one batch's outputs to the histograms, tensors spread over
+// workers (each histogram is touched by one worker only).
+func (st *Stats) add(ids []string, outs map[string]*onnx.Tensor, workers int) error {
+	var next atomic.Int64
+	errs := make([]error, len(st.Tensors))
+	var wg sync.WaitGroup
+	for range min(workers, len(st.Tensors)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(st.Tensors) {
+					return
+				}
+				name := st.Tensors[i]
+				t := outs[name]
+				if t == nil {
+					continue
+				}
+				v, _ := t.Data.([]float32)
+				if err := st.Hist[name].addFast(v); err != nil {
+					var nf *NonFiniteError
+					sample := idRange(ids)
+					if errors.As(err, &nf) && len(ids) > 0 && len(v) > 0 {
+						per := len(v) / len(ids)
+						if per > 0 && nf.Index/per < len(ids) {
+							sample = ids[nf.Index/per]
+						}
+					}
+					errs[i] = &ActivationError{Tensor: name, Sample: sample, Err: err}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, e := range errs {
+			if e != nil {
+				return e // the first in graph order
+			}
+		}
+	}
+	for _, name := range st.Tensors {
+		if outs[name] != nil {
+			st.Seen[name] += len(ids)
+		}
+	}
+	st.Samples += len(ids)
+	st.IDs = append(st.IDs, ids...)
+	return nil
+}
+
+// idRange names the samples of a batch for errors.
+func idRange(ids []string) string {
+	switch len(ids) {
+	case 0:
+		return "(none)"
+	case 1:
+		return ids[0]
+	}
+	return ids[0] + " .. " + ids[len(ids)-1]
+}
+
+// Ranges computes every observed tensor's range with method.
+func (st *Stats) Ranges(method Method, opts MethodOptions) (Ranges, error) {
+	r := Ranges{Version: RangesVersion, Method: method, Samples: st.Samples}
+	for _, name := range st.Tensors {
+		h, ok := st.Hist[name]
+		if !ok {
+			continue
+		}
+		rg, err := Compute(method, h, opts)
+		if errors.Is(err, ErrNoValues) {
+			continue // empty tensors, e.g. a [0,4] box list
+		}
+		if err != nil {
+			return Ranges{}, fmt.Errorf("tensor %q: %w", name, err)
+		}
+		r.Tensors = append(r.Tensors, NewTensorRange(name, st.Seen[name], h, rg))
+	}
+	if len(r.Tensors) == 0 {
+		return Ranges{}, ErrNoFloatTensors
+	}
+	return r, nil
+}
+
+// inferTypes finds the element types of the values the graph records or that
+// follow from a few operators' rules. Values missing from the map have an
+// unknown type.
+func inferTypes(m *onnx.Model) map[string]onnx.DataType {
+	g := m.Graph()
+	types := map[string]onnx.DataType{}
+	record := func(vs []*onnxpb.ValueInfoProto) {
+		for _, v := range vs {
+			if i := onnx.InfoOf(v); i.Kind == "tensor" && i.Type != onnx.Undefined {
+				types[i.Name] = i.Type
+			} else if i.Kind != "" && i.Kind != "tensor" {
+				types[i.Name] = onnx.Undefined
+			}
+		}
+	}
+	record(g.GetInput())
+	record(g.GetOutput())
+	record(g.GetValueInfo())
+	for _, t := range g.GetInitializer() {
+		types[t.GetName()] = onnx.DataType(t.GetDataType())
+	}
+	nodes, err := onnx.TopoSort(g)
+	if err != nil {
+		return types
+	}
+	for _, n := range nodes {
+		outs := n.GetOutput()
+		if len(outs) == 0 {
+			continue
+		}
+		if _, known := types[outs[0]]; known {
+			continue
+		}
+		dt, ok := outputType(n, types)
+		if !ok {
+			continue
+		}
+		types[outs[0]] = dt
+		if n.GetOpType() == "MaxPool" || n.GetOpType() == "TopK" {
+			if len(outs) > 1 && outs[1] != "" {
+				types[outs[1]] = onnx.Int64
+			}
+		}
+	}
+	return types
+}
+
+// outputType applies the element-type rule of n's operator to its first output.
+func outputType(n *onnxpb.NodeProto, types map[string]onnx.DataType) (onnx.DataType, bool) {
+	in := func(i int) (onnx.DataType, bool) {
+		if i >= len(n.GetInput()) {
+			return 0, false
+		}
+		dt, ok := types[n.GetInput()[i]]
+		return dt, ok
+	}
+	switch n.GetOpType() {
+	case "Shape", "Size", "ArgMax", "ArgMin", "NonZero", "NonMaxSuppression":
+		return onnx.Int64, true
+	case "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf":
+		return onnx.Bool, true
+	case "Cast":
+		for _, a := range n.GetAttribute() {
+			if a.GetName() == "to" {
+				return onnx.DataType(a.GetI()), true
+			}
+		}
+	case "Constant":
+		for _, a := range n.GetAttribute() {
+			if a.GetName() == "value" && a.GetT() != nil {
+				return onnx.DataType(a.GetT().GetDataType()), true
+			}
+		}
+	case "ConstantOfShape":
+		for _, a := range n.GetAttribute() {
+			if a.GetName() == "value" && a.GetT() != nil {
+				return onnx.DataType(a.GetT().GetDataType()), true
+			}
+		}
+		return onnx.Float, true
+	case "QuantizeLinear", "DynamicQuantizeLinear":
+		if dt, ok := in(2); ok {
+			return dt, true
+		}
+		return onnx.Uint8, true
+	case "DequantizeLinear":
+		return in(1)
+	case "Where":
+		return in(1)
+	case "Range", "Gather", "GatherElements", "GatherND", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
+		"Flatten", "Concat", "Slice", "Expand", "Tile", "Identity", "Relu", "Conv", "ConvTranspose", "Gemm",
+		"MatMul", "Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "BatchNormalization", "MaxPool", "AveragePool",
+		"GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax", "Sigmoid", "Tanh", "Clip", "LeakyRelu",
+		"Dropout", "Pad", "Resize", "Upsample", "LRN", "Split", "ReduceMean", "ReduceSum", "ReduceMax",
+		"ReduceMin", "Pow", "Sqrt", "Exp", "Log", "Abs", "Neg", "Erf", "Gelu", "HardSigmoid", "HardSwish",
+		"LayerNormalization", "InstanceNormalization", "TopK":
+		return in(0)
+	}
+	return 0, false
+}

@@ -1,0 +1,565 @@
+package calibrate
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// QuantizeOptions configure Quantize.
+type QuantizeOptions struct {
+	// Exclude lists nodes (by name or by first output) and op types that
+	// stay in fp32: their inputs get no Q/DQ.
+	Exclude []string
+}
+
+// QuantizedWeight is one weight the Q/DQ model stores as int8.
+type QuantizedWeight struct {
+	Tensor string `json:"tensor"`
+	Node   string `json:"node"`
+	// Axis is the per-channel axis, -1 for one scale for the whole tensor.
+	Axis     int `json:"axis"`
+	Channels int `json:"channels"`
+}
+
+// Note says what Quantize did not do as asked for a tensor, and why.
+type Note struct {
+	Node   string `json:"node,omitempty"`
+	Tensor string `json:"tensor,omitempty"`
+	Text   string `json:"text"`
+}
+
+// Quantized is an explicitly quantized (Q/DQ) model and what was quantized.
+type Quantized struct {
+	Model *onnx.Model `json:"-"`
+	// Activations are the tensors quantized per tensor, in graph order.
+	Activations []string `json:"activations"`
+	// Weights are the initializer weights stored as int8.
+	Weights []QuantizedWeight `json:"weights"`
+	// Layers are the nodes whose inputs are quantized, in graph order.
+	Layers []Layer `json:"layers"`
+	// Excluded are the weighted or Add nodes kept in fp32 because of
+	// QuantizeOptions.Exclude.
+	Excluded []Layer `json:"excluded,omitempty"`
+	// Opset is the default-domain opset of the result.
+	Opset int64 `json:"opset"`
+	// Notes record choices made for particular tensors.
+	Notes []Note `json:"notes,omitempty"`
+
+	readers map[string]string // activation -> a node reading it quantized
+}
+
+// Layer names a node: its name (which may be empty), operator and first
+// output, which is unique even when node names are not.
+type Layer struct {
+	Node   string `json:"node,omitempty"`
+	Op     string `json:"op"`
+	Output string `json:"output"`
+}
+
+func layerOf(n *onnxpb.NodeProto) Layer {
+	l := Layer{Node: n.GetName(), Op: n.GetOpType()}
+	if len(n.GetOutput()) > 0 {
+		l.Output = n.GetOutput()[0]
+	}
+	return l
+}
+
+// nodeName is a node's name, or its operator and first output when unnamed.
+func nodeName(n *onnxpb.NodeProto) string {
+	if n == nil {
+		return ""
+	}
+	if n.GetName() != "" {
+		return n.GetName()
+	}
+	l := layerOf(n)
+	return l.Op + "->" + l.Output
+}
+
+// weightAxis returns the per-channel axis of a weight of the given rank for
+// input i of n, or -1 when the input is not a weight with a channel axis
+// (reference/formats.md §3.3: Conv 0, ConvTranspose 1, Gemm B 1 when transB=0
+// else 0, MatMul constant B [..,K,N] its last axis).
+func weightAxis(n *onnxpb.NodeProto, i, rank int) int {
+	if i != 1 {
+		return -1
+	}
+	switch n.GetOpType() {
+	case "Conv":
+		if rank >= 3 {
+			return 0
+		}
+	case "ConvTranspose":
+		if rank >= 3 {
+			return 1
+		}
+	case "Gemm":
+		if rank == 2 {
+			if intAttr(n, "transB", 0) == 0 {
+				return 1
+			}
+			return 0
+		}
+	case "MatMul":
+		if rank >= 2 {
+			return rank - 1
+		}
+	}
+	return -1
+}
+
+func intAttr(n *onnxpb.NodeProto, name string, def int64) int64 {
+	for _, a := range n.GetAttribute() {
+		if a.GetName() == name {
+			return a.GetI()
+		}
+	}
+	return def
+}
+
+// weighted are the operators whose activation and weight inputs are quantized.
+var weighted = map[string]bool{"Conv": true, "ConvTranspose": true, "Gemm": true, "MatMul": true}
+
+// Quantize writes the explicitly quantized form of m from the ranges r, as
+// TensorRT recommends (reference/formats.md §3): symmetric int8 with an
+// int8 zero point of 0 on every Q/DQ; the activation inputs of Conv,
+// ConvTranspose, Gemm and MatMul quantized per tensor; their initializer
+// weights stored as int8 with per-channel scales max|w|/127 on the output
+// channel axis, followed by a DequantizeLinear; biases left in fp32; for a
+// residual Add or Sum, only the skip input (the one not computed by a
+// Conv) quantized; one Q/DQ pair per tensor shared by all its quantized
+// consumers. Weights computed by nodes (not initializers) are quantized per
+// tensor from their calibrated range like activations, and a Note says so.
+// The opset is raised to 13 (per-channel scales need it) when the model's
+// operators allow it, rewriting Dropout to Identity and Softmax, LogSoftmax
+// and Hardmax of opsets before 13 to their 2-D form; when they do not,
+// weights fall back to one scale per tensor at opset 11 and a Note says so.
+// m is not modified.
+func Quantize(m *onnx.Model, r Ranges, opts QuantizeOptions) (*Quantized, error) {
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("quantizing: %w", err)
+	}
+	cp := &onnx.Model{Proto: proto.Clone(m.Proto).(*onnxpb.ModelProto)}
+	g := cp.Graph()
+	if g == nil {
+		return nil, fmt.Errorf("quantizing: the model has no graph")
+	}
+	q := &Quantized{Model: cp, readers: map[string]string{}}
+	scales := map[string]float64{}
+	for _, t := range r.Tensors {
+		scales[t.Tensor] = t.Scale
+	}
+	ix := onnx.NewIndex(g)
+	excl := map[string]bool{}
+	for _, e := range opts.Exclude {
+		excl[e] = true
+	}
+	type actSite struct {
+		node *onnxpb.NodeProto
+		in   int
+	}
+	type weightSite struct {
+		node *onnxpb.NodeProto
+		axis int
+		init *onnxpb.TensorProto
+	}
+	acts := map[string][]actSite{}
+	var actOrder []string
+	var weights []weightSite
+	used := map[*onnxpb.NodeProto]bool{}
+	wantAct := func(n *onnxpb.NodeProto, i int) {
+		t := n.GetInput()[i]
+		if _, ok := scales[t]; !ok {
+			q.Notes = append(q.Notes, Note{Node: nodeName(n), Tensor: t, Text: "no calibrated range: input left in fp32"})
+			return
+		}
+		if _, seen := acts[t]; !seen {
+			actOrder = append(actOrder, t)
+			q.readers[t] = nodeName(n)
+		}
+		acts[t] = append(acts[t], actSite{n, i})
+		used[n] = true
+	}
+	perChannel := false
+	for _, n := range g.GetNode() {
+		op := n.GetOpType()
+		if excl[op] || n.GetName() != "" && excl[n.GetName()] || len(n.GetOutput()) > 0 && excl[n.GetOutput()[0]] {
+			if weighted[op] || op == "Add" || op == "Sum" {
+				q.Excluded = append(q.Excluded, layerOf(n))
+			}
+			continue
+		}
+		ins := n.GetInput()
+		switch {
+		case weighted[op] && len(ins) >= 2:
+			if _, isInit := ix.Initializers[ins[0]]; !isInit && ins[0] != "" {
+				wantAct(n, 0)
+			}
+			w := ins[1]
+			init, isInit := ix.Initializers[w]
+			_, isInput := ix.Inputs[w]
+			switch {
+			case isInit && !isInput && onnx.DataType(init.GetDataType()) == onnx.Float:
+				axis := weightAxis(n, 1, len(init.GetDims()))
+				weights = append(weights, weightSite{n, axis, init})
+				perChannel = perChannel || axis >= 0
+				used[n] = true
+			case isInit:
+				q.Notes = append(q.Notes, Note{Node: nodeName(n), Tensor: w, Text: "weight is not a float32 constant: left as it is"})
+			default:
+				if p := ix.Producer[w]; p != nil && (op == "Conv" || op == "ConvTranspose") {
+					q.Notes = append(q.Notes, Note{Node: nodeName(n), Tensor: w,
+						Text: fmt.Sprintf("weight is computed by %s node %q, not an initializer: quantized per tensor from its calibrated range (fold constants first for per-channel weights)", p.GetOpType(), nodeName(p))})
+				}
+				wantAct(n, 1)
+			}
+		case (op == "Add" || op == "Sum") && len(ins) == 2:
+			if skip := skipInput(n, ix); skip >= 0 {
+				wantAct(n, skip)
+			}
+		}
+	}
+	if len(acts) == 0 && len(weights) == 0 {
+		return nil, fmt.Errorf("quantizing: the model has no Conv, ConvTranspose, Gemm, MatMul or residual Add with float inputs to quantize")
+	}
+
+	// Opset 13 even without per-channel scales: ONNX Runtime's QDQ
+	// optimizers insert operators (Round) that opset 10 lacks.
+	opset, err := raiseOpset(cp, 13)
+	if err != nil {
+		q.Notes = append(q.Notes, Note{Text: fmt.Sprintf("the Q/DQ model stays below opset 13 (%v): weights use one scale per tensor", err)})
+		for i := range weights {
+			weights[i].axis = -1
+		}
+		opset, err = raiseOpset(cp, 11)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("quantizing: %w", err)
+	}
+	q.Opset = opset
+
+	names := newNamer(g)
+	for _, t := range actOrder {
+		s := float32(scales[t])
+		if !(s > 0) || math.IsInf(float64(s), 0) {
+			return nil, fmt.Errorf("quantizing: tensor %q: scale %v is not a positive float32", t, scales[t])
+		}
+		scale := names.init(g, t+"_scale", nil, []float32{s})
+		zp := names.init(g, t+"_zero_point", nil, []int8{0})
+		qo := names.value(t + "_quantized")
+		dqo := names.value(t + "_dequantized")
+		g.Node = append(g.Node,
+			qdqNode("QuantizeLinear", names.value(t+"_QuantizeLinear"), []string{t, scale, zp}, qo, -1),
+			qdqNode("DequantizeLinear", names.value(t+"_DequantizeLinear"), []string{qo, scale, zp}, dqo, -1))
+		for _, s := range acts[t] {
+			s.node.Input[s.in] = dqo
+		}
+		q.Activations = append(q.Activations, t)
+	}
+	done := map[string]string{} // weight initializer and axis -> dequantized value
+	for _, w := range weights {
+		name := w.init.GetName()
+		key := fmt.Sprintf("%s@%d", name, w.axis)
+		dqo, ok := done[key]
+		if !ok {
+			qw, sc, err := quantizeWeight(w.init, w.axis)
+			if err != nil {
+				return nil, fmt.Errorf("quantizing weight %q of node %q: %w", name, nodeName(w.node), err)
+			}
+			var dims []int64
+			if w.axis >= 0 {
+				dims = []int64{int64(len(sc))}
+			}
+			scale := names.init(g, name+"_scale", dims, sc)
+			zp := names.init(g, name+"_zero_point", dims, make([]int8, len(sc)))
+			qname := names.init(g, name+"_quantized", w.init.GetDims(), qw)
+			dqo = names.value(name + "_dequantized")
+			g.Node = append(g.Node, qdqNode("DequantizeLinear", names.value(name+"_DequantizeLinear"), []string{qname, scale, zp}, dqo, w.axis))
+			done[key] = dqo
+			q.Weights = append(q.Weights, QuantizedWeight{Tensor: name, Node: nodeName(w.node), Axis: w.axis, Channels: len(sc)})
+		}
+		w.node.Input[1] = dqo
+	}
+	dropUnused(g)
+	nodes, err := onnx.TopoSort(g)
+	if err != nil {
+		return nil, fmt.Errorf("quantizing: %w", err)
+	}
+	g.Node = nodes
+	for _, n := range g.GetNode() {
+		if used[n] {
+			q.Layers = append(q.Layers, layerOf(n))
+		}
+	}
+	return q, nil
+}
+
+// skipInput returns the input of a two-input Add or Sum that is the skip
+// connection of a residual block: both inputs are computed (not constants)
+// and exactly the other one comes from a Conv or ConvTranspose, directly or
+// through BatchNormalization, so that TensorRT can fuse Conv+Add. When both
+// come from convolutions (a projection shortcut) the second input is the
+// skip. It returns -1 for other additions.
+func skipInput(n *onnxpb.NodeProto, ix *onnx.Index) int {
+	ins := n.GetInput()
+	fromConv := [2]bool{}
+	for i := range 2 {
+		t := ins[i]
+		if _, ok := ix.Initializers[t]; ok {
+			return -1
+		}
+		p := ix.Producer[t]
+		if p == nil {
+			if _, ok := ix.Inputs[t]; !ok {
+				return -1
+			}
+			continue
+		}
+		switch p.GetOpType() {
+		case "Constant", "ConstantOfShape":
+			return -1
+		}
+		for hops := 0; p != nil && hops < 3; hops++ {
+			if op := p.GetOpType(); op == "Conv" || op == "ConvTranspose" {
+				fromConv[i] = len(ix.Consumers[t]) == 1
+				break
+			} else if op != "BatchNormalization" {
+				break
+			}
+			t = p.GetInput()[0]
+			p = ix.Producer[t]
+		}
+	}
+	switch {
+	case fromConv[0]:
+		return 1
+	case fromConv[1]:
+		return 0
+	}
+	return -1
+}
+
+// quantizeWeight quantizes w with symmetric int8 scales max|w|/127 per
+// channel of axis (axis -1: one scale), values rounded half to even and
+// clipped to [-127, 127]. An all-zero channel gets scale 1, as in ONNX Runtime.
+func quantizeWeight(p *onnxpb.TensorProto, axis int) ([]int8, []float32, error) {
+	t, err := onnx.Decode(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, ok := t.Data.([]float32)
+	if !ok {
+		return nil, nil, fmt.Errorf("element type %s, want float32", t.Type)
+	}
+	channels, inner := 1, len(w)
+	if axis >= 0 {
+		channels = int(t.Dims[axis])
+		inner = 1
+		for _, d := range t.Dims[axis+1:] {
+			inner *= int(d)
+		}
+	}
+	ch := func(i int) int { return i / inner % channels }
+	amax := make([]float64, channels)
+	for i, v := range w {
+		if v-v != 0 {
+			return nil, nil, fmt.Errorf("value %d is %v", i, v)
+		}
+		c := ch(i)
+		amax[c] = math.Max(amax[c], math.Abs(float64(v)))
+	}
+	scales := make([]float32, channels)
+	for c, a := range amax {
+		scales[c] = float32(a / 127)
+		if !(scales[c] > 0) {
+			scales[c] = 1
+		}
+	}
+	out := make([]int8, len(w))
+	for i, v := range w {
+		x := math.RoundToEven(float64(v) / float64(scales[ch(i)]))
+		out[i] = int8(max(-127, min(127, x)))
+	}
+	return out, scales, nil
+}
+
+func qdqNode(op, name string, inputs []string, output string, axis int) *onnxpb.NodeProto {
+	n := &onnxpb.NodeProto{Name: proto.String(name), OpType: proto.String(op), Input: inputs, Output: []string{output}}
+	if axis >= 0 {
+		t := onnxpb.AttributeProto_INT
+		n.Attribute = []*onnxpb.AttributeProto{{Name: proto.String("axis"), Type: &t, I: proto.Int64(int64(axis))}}
+	}
+	return n
+}
+
+// namer hands out value and node names not used in the graph yet.
+type namer struct{ used map[string]bool }
+
+func newNamer(g *onnxpb.GraphProto) *namer {
+	n := &namer{used: map[string]bool{}}
+	for _, v := range g.GetInput() {
+		n.used[v.GetName()] = true
+	}
+	for _, t := range g.GetInitializer() {
+		n.used[t.GetName()] = true
+	}
+	for _, nd := range g.GetNode() {
+		n.used[nd.GetName()] = true
+		for _, o := range nd.GetOutput() {
+			n.used[o] = true
+		}
+	}
+	return n
+}
+
+func (n *namer) value(base string) string {
+	name := base
+	for i := 2; n.used[name]; i++ {
+		name = fmt.Sprintf("%s_%d", base, i)
+	}
+	n.used[name] = true
+	return name
+}
+
+func (n *namer) init(g *onnxpb.GraphProto, base string, dims []int64, data any) string {
+	name := n.value(base)
+	t, err := onnx.NewTensor(name, dims, data)
+	if err == nil {
+		var p *onnxpb.TensorProto
+		if p, err = onnx.Encode(t, onnx.Raw); err == nil {
+			g.Initializer = append(g.Initializer, p)
+		}
+	}
+	if err != nil {
+		panic(fmt.Sprintf("calibrate: building initializer %s: %v", name, err)) // shapes are ours
+	}
+	return name
+}
+
+// dropUnused removes initializers nothing reads any more (fp32 weights
+// replaced by their int8 form).
+func dropUnused(g *onnxpb.GraphProto) {
+	read := map[string]bool{}
+	for _, n := range g.GetNode() {
+		for _, in := range onnx.NodeInputs(n) {
+			read[in] = true
+		}
+	}
+	for _, o := range g.GetOutput() {
+		read[o.GetName()] = true
+	}
+	inputs := map[string]bool{}
+	for _, v := range g.GetInput() {
+		inputs[v.GetName()] = true
+	}
+	g.Initializer = slices.DeleteFunc(g.Initializer, func(t *onnxpb.TensorProto) bool {
+		return !read[t.GetName()] && !inputs[t.GetName()]
+	})
+}
+
+// opsetBreaks lists operators whose definition changed incompatibly at the
+// given default-domain opset (inputs that became attributes or the reverse,
+// or changed semantics). Raising a model's opset across one of them would
+// change what the model computes or make it invalid.
+var opsetBreaks = map[string][]int64{
+	"Slice": {10}, "TopK": {10}, "Upsample": {9, 10}, "Resize": {11}, "Clip": {11}, "Pad": {11},
+	"Softmax": {13}, "LogSoftmax": {13}, "Hardmax": {13}, // rewritten to their 2-D form
+	"Split": {13}, "Squeeze": {13},
+	"Unsqueeze": {13}, "ReduceSum": {13}, "BatchNormalization": {9}, "Scan": {9}, "Scatter": {11},
+	"Dropout": {12}, // rewritten to Identity: inference ignores it
+}
+
+// rewritten are the operators raiseOpset rewrites instead of refusing.
+var rewritten = map[string]bool{"Dropout": true, "Softmax": true, "LogSoftmax": true, "Hardmax": true}
+
+func intAttrProto(name string, v int64) *onnxpb.AttributeProto {
+	t := onnxpb.AttributeProto_INT
+	return &onnxpb.AttributeProto{Name: proto.String(name), Type: &t, I: proto.Int64(v)}
+}
+
+// raiseOpset raises the default-domain opset to at least target, rewriting
+// inference-only Dropout nodes to Identity, and refusing when an operator's
+// definition changed on the way. It also raises the IR version to the one
+// that introduced the opset.
+func raiseOpset(m *onnx.Model, target int64) (int64, error) {
+	cur := m.Opset()
+	if cur == 0 {
+		cur = 1
+	}
+	if cur >= target {
+		return cur, nil
+	}
+	var broken []string
+	for _, n := range m.Graph().GetNode() {
+		if d := n.GetDomain(); d != "" && d != "ai.onnx" {
+			continue
+		}
+		for _, v := range opsetBreaks[n.GetOpType()] {
+			if cur < v && v <= target && !rewritten[n.GetOpType()] && !slices.Contains(broken, n.GetOpType()) {
+				broken = append(broken, n.GetOpType())
+			}
+		}
+	}
+	if len(broken) > 0 {
+		sort.Strings(broken)
+		return 0, fmt.Errorf("raising opset %d to %d would change the meaning of %s", cur, target, strings.Join(broken, ", "))
+	}
+	g := m.Graph()
+	if cur < 12 && target >= 12 {
+		ix := onnx.NewIndex(g)
+		for _, n := range g.GetNode() {
+			if n.GetOpType() != "Dropout" {
+				continue
+			}
+			if outs := n.GetOutput(); len(outs) > 1 && outs[1] != "" {
+				if len(ix.Consumers[outs[1]]) > 0 || ix.Outputs[outs[1]] {
+					return 0, fmt.Errorf("Dropout node %q: its mask output is used", nodeName(n))
+				}
+			}
+			n.OpType, n.Attribute = proto.String("Identity"), nil
+			n.Input, n.Output = n.Input[:1], n.Output[:1]
+		}
+	}
+	if cur < 13 && target >= 13 {
+		names := newNamer(g)
+		var extra []*onnxpb.NodeProto
+		for _, n := range g.GetNode() {
+			switch n.GetOpType() {
+			case "Softmax", "LogSoftmax", "Hardmax":
+			default:
+				continue
+			}
+			// Before 13 these flattened the input to 2-D at axis (default
+			// 1) and normalized each row; from 13 they work along axis
+			// alone. Flatten, apply along axis 1, reshape back.
+			x, y, base := n.GetInput()[0], n.GetOutput()[0], nodeName(n)
+			shape, flat, out := names.value(base+"_shape"), names.value(base+"_flat"), names.value(base+"_2d")
+			extra = append(extra,
+				&onnxpb.NodeProto{Name: proto.String(names.value(base + "_Shape")), OpType: proto.String("Shape"), Input: []string{x}, Output: []string{shape}},
+				&onnxpb.NodeProto{Name: proto.String(names.value(base + "_Flatten")), OpType: proto.String("Flatten"), Input: []string{x}, Output: []string{flat},
+					Attribute: []*onnxpb.AttributeProto{intAttrProto("axis", intAttr(n, "axis", 1))}},
+				&onnxpb.NodeProto{Name: proto.String(names.value(base + "_Reshape")), OpType: proto.String("Reshape"), Input: []string{out, shape}, Output: []string{y}})
+			n.Input[0], n.Output[0] = flat, out
+			n.Attribute = []*onnxpb.AttributeProto{intAttrProto("axis", 1)}
+		}
+		g.Node = append(g.Node, extra...)
+		nodes, err := onnx.TopoSort(g)
+		if err != nil {
+			return 0, err
+		}
+		g.Node = nodes
+	}
+	m.SetOpset("", target)
+	ir := map[int64]int64{11: 6, 13: 7}[target]
+	if m.Proto.GetIrVersion() < ir {
+		m.Proto.IrVersion = proto.Int64(ir)
+	}
+	return target, nil
+}

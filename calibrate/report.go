@@ -1,0 +1,157 @@
+package calibrate
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/kiln-ml/kiln/onnx"
+)
+
+// WorstLayers is how many tensors the report names as the worst.
+const WorstLayers = 10
+
+// Report is what Run did and how close the Q/DQ model is to fp32. It is
+// written as report.json and, for people, report.md.
+type Report struct {
+	Model              string `json:"model"`
+	ModelDigest        string `json:"model_digest"`
+	Dataset            string `json:"dataset"`
+	DatasetDigest      string `json:"dataset_digest"`
+	Method             Method `json:"method"`
+	Batch              int    `json:"batch"`
+	CalibrationSamples int    `json:"calibration_samples"`
+	ValidationSamples  int    `json:"validation_samples"`
+	// TensorRanges is the number of tensors in ranges.json and the cache.
+	TensorRanges int `json:"tensor_ranges"`
+	// TRTVersion is the version number in the cache header.
+	TRTVersion   int        `json:"trt_version"`
+	Exclude      []string   `json:"exclude,omitempty"`
+	Quantization *Quantized `json:"quantization"`
+	// Accuracy is the written model's accuracy against fp32 on the
+	// validation samples (nil without validation samples).
+	Accuracy *Accuracy `json:"accuracy,omitempty"`
+	// Baseline is the accuracy without Exclude, when Exclude is set.
+	Baseline *Accuracy `json:"baseline,omitempty"`
+	// Worst are the WorstLayers tensors with the lowest SQNR.
+	Worst    []TensorError `json:"worst"`
+	Files    []string      `json:"files"`
+	Duration string        `json:"duration"`
+}
+
+func (r *Report) worst() {
+	r.Worst = nil
+	if r.Accuracy != nil {
+		r.Worst = r.Accuracy.Tensors[:min(WorstLayers, len(r.Accuracy.Tensors))]
+	}
+}
+
+// JSON renders the report as indented JSON with a final newline.
+func (r *Report) JSON() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// Markdown renders the report for CI logs and people.
+func (r *Report) Markdown() []byte {
+	var b bytes.Buffer
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	p("# INT8 calibration of %s\n\n", filepath.Base(r.Model))
+	p("| | |\n|---|---|\n")
+	p("| model | `%s` (%s) |\n", r.Model, r.ModelDigest)
+	p("| dataset | `%s` (%s) |\n", r.Dataset, r.DatasetDigest)
+	p("| method | %s |\n", r.Method)
+	p("| samples | %d calibration, %d validation, batch %d |\n", r.CalibrationSamples, r.ValidationSamples, r.Batch)
+	p("| ranges | %d tensors (ranges.json, calibration.cache `TRT-%d-%s`, ort/) |\n", r.TensorRanges, r.TRTVersion, EntropyCalibration2)
+	if q := r.Quantization; q != nil {
+		perChannel := 0
+		for _, w := range q.Weights {
+			if w.Axis >= 0 {
+				perChannel++
+			}
+		}
+		p("| Q/DQ model | opset %d: %d activations per tensor, %d weights int8 (%d per channel), %d layers |\n",
+			q.Opset, len(q.Activations), len(q.Weights), perChannel, len(q.Layers))
+		if len(q.Excluded) > 0 {
+			var names []string
+			for _, l := range q.Excluded {
+				names = append(names, fmt.Sprintf("`%s` (%s)", layerName(l), l.Op))
+			}
+			p("| kept in fp32 | %s |\n", strings.Join(names, ", "))
+		}
+	}
+	p("\n")
+	if r.Accuracy == nil {
+		p("No validation samples: accuracy was not measured (the Q/DQ model was run once to check that it loads).\n")
+	} else {
+		p("## Outputs: int8 Q/DQ against fp32 on %d samples\n\n", r.Accuracy.Samples)
+		if r.Baseline != nil {
+			p("Before is without exclusions, after keeps %s in fp32.\n\n", strings.Join(r.Exclude, ", "))
+			p("| output | cosine before | cosine after | top-1 before | top-1 after | top-5 after | max abs after | mean abs after |\n|---|---|---|---|---|---|---|---|\n")
+			for i, o := range r.Accuracy.Outputs {
+				bo := r.Baseline.Outputs[i]
+				p("| `%s` | %.6f | %.6f | %s | %s | %s | %.4g | %.4g |\n", o.Output, bo.Cosine, o.Cosine,
+					share(bo.Classifier, bo.Top1), share(o.Classifier, o.Top1), share(o.Classifier, o.Top5), o.MaxAbs, o.MeanAbs)
+			}
+		} else {
+			p("| output | cosine | min cosine | top-1 | top-5 | max abs | mean abs |\n|---|---|---|---|---|---|---|\n")
+			for _, o := range r.Accuracy.Outputs {
+				p("| `%s` | %.6f | %.6f | %s | %s | %.4g | %.4g |\n", o.Output, o.Cosine, o.MinCosine,
+					share(o.Classifier, o.Top1), share(o.Classifier, o.Top5), o.MaxAbs, o.MeanAbs)
+			}
+		}
+		p("\n## Worst tensors (SQNR, higher is better)\n\n")
+		p("`quantized`: the activation against its own fake quantization; `output`: a quantized layer's output in the Q/DQ model against fp32.\n\n")
+		p("| tensor | kind | node | SQNR dB |\n|---|---|---|---|\n")
+		for _, t := range r.Worst {
+			p("| `%s` | %s | `%s` | %.1f |\n", t.Tensor, t.Kind, t.Node, t.SQNR)
+		}
+	}
+	if q := r.Quantization; q != nil && len(q.Notes) > 0 {
+		p("\n## Notes\n\n")
+		for _, n := range q.Notes {
+			switch {
+			case n.Node != "" && n.Tensor != "":
+				p("- node `%s`, tensor `%s`: %s\n", n.Node, n.Tensor, n.Text)
+			case n.Tensor != "":
+				p("- tensor `%s`: %s\n", n.Tensor, n.Text)
+			default:
+				p("- %s\n", n.Text)
+			}
+		}
+	}
+	return b.Bytes()
+}
+
+func layerName(l Layer) string {
+	if l.Node != "" {
+		return l.Node
+	}
+	return l.Output
+}
+
+func share(ok bool, v float64) string {
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.4f", v)
+}
+
+func writeReport(dir string, r *Report) error {
+	js, err := r.JSON()
+	if err != nil {
+		return err
+	}
+	if err := onnx.WriteFileAtomic(filepath.Join(dir, ReportJSON), js, 0o644); err != nil {
+		return err
+	}
+	return onnx.WriteFileAtomic(filepath.Join(dir, ReportMD), r.Markdown(), 0o644)
+}
