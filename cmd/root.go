@@ -71,6 +71,8 @@ publishes them, and verifies every artifact against the fp32 reference.`,
 
 	root.AddCommand(
 		newInspectCmd(g),
+		newCalibrateCmd(g),
+		newConvertCmd(g),
 		newPbtxtCmd(g),
 		newVersionCmd(),
 	)
