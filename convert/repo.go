@@ -133,24 +133,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m, err := onnx.Load(o.Source)
-	if err != nil {
-		return nil, err
-	}
-	srcDigest, srcSize, err := manifest.DigestFile(o.Source)
-	if err != nil {
-		return nil, err
-	}
 	name := o.Name
 	if name == "" {
 		name = manifest.SanitizeName(stem(o.Source))
 	}
 	if err := manifest.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("model name: %w", err)
-	}
-	sig, err := pbtxt.SignatureFromONNX(m)
-	if err != nil {
-		return nil, fmt.Errorf("reading the signature of %s: %w", o.Source, err)
 	}
 	if err := os.MkdirAll(o.Repo, 0o755); err != nil {
 		return nil, err
@@ -162,7 +150,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	man.Tool = "kiln " + o.ToolVersion
-	man.Source = &manifest.Source{Name: name, Path: filepath.Base(o.Source), Format: "onnx", Digest: srcDigest, Size: srcSize}
+	src, err := sourceRecord(o.Source, name, man.Source, o.Force)
+	if err != nil {
+		return nil, err
+	}
+	man.Source = src
+	srcDigest := src.Digest
 
 	work, err := os.MkdirTemp("", "kiln-convert-")
 	if err != nil {
@@ -170,7 +163,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer os.RemoveAll(work)
 
-	b := &builder{o: o, log: log, model: m, sig: sig, name: name, src: srcDigest, work: work, man: man}
+	b := &builder{o: o, log: log, name: name, src: srcDigest, work: work, man: man}
 	res := &Result{Repo: o.Repo, Source: o.Source}
 	task := progress.Start(o.Progress, "convert "+name, int64(len(o.Variants)), "variants")
 	var runErr error
@@ -198,7 +191,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 type builder struct {
 	o     Options
 	log   *slog.Logger
-	model *onnx.Model
+	model *onnx.Model // loaded on first use: a rerun that reuses everything never parses it
 	sig   pbtxt.Signature
 	name  string
 	src   manifest.Digest
@@ -238,6 +231,9 @@ func (b *builder) variant(ctx context.Context, v manifest.Variant) Row {
 		row.Duration = time.Since(start)
 		return row
 	}
+	if err := b.load(); err != nil {
+		return b.fail(row, start, err)
+	}
 	var art *artifact
 	switch v.Runtime {
 	case manifest.RuntimeONNX:
@@ -264,6 +260,41 @@ func (b *builder) variant(ctx context.Context, v manifest.Variant) Row {
 		row.Detail = art.note
 	}
 	return row
+}
+
+// sourceRecord describes the source file, reusing the digest of the last
+// run when the file's name, size and modification time are unchanged.
+func sourceRecord(path, name string, last *manifest.Source, force bool) (*manifest.Source, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading source model: %w", err)
+	}
+	rec := &manifest.Source{Name: name, Path: filepath.Base(path), Format: "onnx", Size: st.Size(), ModTime: st.ModTime().UTC()}
+	if !force && last != nil && last.Path == rec.Path && last.Size == rec.Size && last.ModTime.Equal(rec.ModTime) && last.Digest.Validate() == nil {
+		rec.Digest = last.Digest
+		return rec, nil
+	}
+	if rec.Digest, rec.Size, err = manifest.DigestFile(path); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// load reads the source model and its signature once, when a variant needs building.
+func (b *builder) load() error {
+	if b.model != nil {
+		return nil
+	}
+	m, err := onnx.Load(b.o.Source)
+	if err != nil {
+		return err
+	}
+	sig, err := pbtxt.SignatureFromONNX(m)
+	if err != nil {
+		return fmt.Errorf("reading the signature of %s: %w", b.o.Source, err)
+	}
+	b.model, b.sig = m, sig
+	return nil
 }
 
 func (b *builder) fail(row Row, start time.Time, err error) Row {

@@ -116,6 +116,10 @@ type Source struct {
 	Format string `json:"format"` // "onnx" or "savedmodel"
 	Digest Digest `json:"digest"`
 	Size   int64  `json:"size"`
+	// ModTime is the file's modification time when Digest was computed; a
+	// rerun whose source has the same name, size and time reuses Digest
+	// instead of hashing the file again (as make and ninja trust mtimes).
+	ModTime time.Time `json:"mod_time"`
 }
 
 // File is one file of an artifact, relative to the model directory.
