@@ -11,7 +11,7 @@ KILN      := ./kiln
 FUZZTIME  ?= 30s
 export KILN_ORT_LIB ?= $(CURDIR)/$(ORT_LIB)
 
-.PHONY: help deps ort servers build test demo bench fuzz lint generate check clean
+.PHONY: help deps ort servers build test demo bench fuzz lint generate check gpu-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -61,6 +61,9 @@ generate: ## regenerate protobuf types and testdata models (needs protoc: apt-ge
 	$(GO) generate ./...
 
 check: lint test ## lint and test
+
+gpu-check: ## on a GPU machine with TensorRT: build fp32/fp16/int8 engines of testdata/tinynet.onnx and load them with trtexec
+	scripts/gpu-check.sh
 
 clean: ## remove build outputs (keeps .cache)
 	rm -f $(KILN)
