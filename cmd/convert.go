@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/kiln-ml/kiln/calibrate"
 	"github.com/kiln-ml/kiln/convert"
 	"github.com/kiln-ml/kiln/internal/execx"
 	"github.com/kiln-ml/kiln/manifest"
@@ -27,6 +28,7 @@ type convertOptions struct {
 	variantIDs  []string
 	file        string
 	calibDir    string
+	calib       calibrateOptions // --calib-data and friends: calibrate on the fly
 	int8Mode    string
 	randomInt8  bool
 	fp16Block   []string
@@ -83,6 +85,10 @@ found)" and kiln exits 4 (partial) unless --skip-unavailable is given.`,
 	f.StringArrayVar(&o.variantIDs, "variant", nil, "an explicit variant ID such as trt-int8-b16-x4 (repeatable; replaces the cross product)")
 	f.StringVarP(&o.file, "file", "f", "", "pipeline file whose variants: list (and convert: settings) to use")
 	f.StringVar(&o.calibDir, "calib-dir", "", "output directory of kiln calibrate (model.int8.onnx, calibration.cache, ranges.json) for int8 variants")
+	f.StringVar(&o.calib.data, "calib-data", "", "calibrate on the fly from this data (as kiln calibrate --data) when no --calib-dir is given; results are cached in the user cache dir")
+	f.StringVar(&o.calib.preprocess, "calib-preprocess", "", "with --calib-data: image preprocessing (as kiln calibrate --preprocess)")
+	f.StringVar(&o.calib.method, "calib-method", "entropy", "with --calib-data: range method: entropy, minmax, percentile or mse")
+	f.IntVar(&o.calib.samples, "calib-samples", 0, "with --calib-data: samples to draw (0: all)")
 	f.StringVar(&o.int8Mode, "int8-mode", "", "TensorRT int8 path: qdq (from model.int8.onnx) or cache (calibration.cache, TensorRT <= 10); default qdq when available")
 	f.BoolVar(&o.randomInt8, "int8-random-ranges", false, "allow int8 TensorRT engines without calibration (placeholder ranges: perf-only, marked so everywhere)")
 	f.StringSliceVar(&o.fp16Block, "fp16-block-ops", nil, "op types kept in fp32 by the fp16 rewrite (default: kiln's block list)")
@@ -151,6 +157,13 @@ func (o *convertOptions) run(c *cobra.Command, g *globalOptions, model string) e
 		Logger: g.logger(c.ErrOrStderr()),
 	}
 	opts.Config.InstanceKind = o.kind
+	if o.calib.data != "" && o.calibDir == "" {
+		dir, err := o.calibrateOnTheFly(c, g, model)
+		if err != nil {
+			return err
+		}
+		o.calibDir = dir
+	}
 	if err := o.int8(&opts); err != nil {
 		return err
 	}
@@ -229,6 +242,19 @@ func (o *convertOptions) int8(opts *convert.Options) error {
 		}
 		if json.Unmarshal(data, &r) == nil {
 			opts.Int8.Method, opts.Int8.Samples, opts.Int8.Dataset = r.Method, r.Samples, r.Dataset
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join(o.calibDir, "report.json")); err == nil {
+		var r struct {
+			Accuracy struct {
+				Outputs []struct {
+					Cosine float64 `json:"cosine"`
+					Top1   float64 `json:"top1_agreement"`
+				} `json:"outputs"`
+			} `json:"accuracy"`
+		}
+		if json.Unmarshal(data, &r) == nil && len(r.Accuracy.Outputs) > 0 {
+			opts.Int8.Cosine, opts.Int8.Top1 = r.Accuracy.Outputs[0].Cosine, r.Accuracy.Outputs[0].Top1
 		}
 	}
 	return nil
@@ -339,4 +365,45 @@ func printConvert(w io.Writer, format string, res *convert.Result) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Variant.ID(), r.Model, r.File, size, r.Duration.Round(time.Millisecond), status)
 	}
 	return tw.Flush()
+}
+
+// calibrateOnTheFly runs kiln calibrate for --calib-data into a directory of
+// the user cache keyed by everything that decides its result, and reuses it
+// when it is already there, so a rerun does no work.
+func (o *convertOptions) calibrateOnTheFly(c *cobra.Command, g *globalOptions, model string) (string, error) {
+	o.calib.out = "-"
+	o.calib.output, o.calib.progress = "text", o.progress
+	o.calib.calibShare, o.calib.trtVersion = 0.5, "10.3.0"
+	cfg, err := o.calib.config(model)
+	if err != nil {
+		return "", err
+	}
+	md, _, err := manifest.DigestFile(model)
+	if err != nil {
+		return "", err
+	}
+	abs, _ := filepath.Abs(o.calib.data)
+	key := manifest.DigestBytes([]byte(fmt.Sprintf("%s|%s|%s|%s|%d", md, abs, o.calib.preprocess, o.calib.method, o.calib.samples)))
+	ucd, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(ucd, "kiln", "calib", key.Hex()[:16])
+	if _, err := os.Stat(filepath.Join(dir, "ranges.json")); err == nil {
+		fmt.Fprintf(c.ErrOrStderr(), "using existing calibration %s\n", dir)
+		return dir, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", err
+	}
+	if err := g.initORT(); err != nil {
+		return "", err
+	}
+	report, done := newProgress(c.ErrOrStderr(), o.progress)
+	rep, err := calibrate.Run(c.Context(), cfg, dir, calibrate.WithProgress(report), calibrate.WithLogger(g.logger(c.ErrOrStderr())))
+	done()
+	if err != nil {
+		return "", fmt.Errorf("calibrating for the int8 variants: %w", err)
+	}
+	return dir, printCalibration(c.ErrOrStderr(), "text", dir, rep)
 }

@@ -36,6 +36,9 @@ type Int8Inputs struct {
 	Method  string
 	Samples int
 	Dataset manifest.Digest
+	// Cosine and Top1 are the int8 model's agreement with fp32 on the
+	// validation samples (first output), from the calibration report.
+	Cosine, Top1 float64
 }
 
 // TRTOptions are the engine build settings shared by every plan variant.
@@ -350,7 +353,7 @@ func (b *builder) calibration() *manifest.Calibration {
 	if i.RandomRanges && i.QDQModel == "" && i.Cache == "" {
 		return &manifest.Calibration{Method: "random", RandomRanges: true}
 	}
-	return &manifest.Calibration{Method: i.Method, Samples: i.Samples, Dataset: i.Dataset}
+	return &manifest.Calibration{Method: i.Method, Samples: i.Samples, Dataset: i.Dataset, Cosine: i.Cosine, Top1Agreement: i.Top1}
 }
 
 // fp16Model rewrites the source once and reuses the file for every variant.

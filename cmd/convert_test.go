@@ -1,0 +1,107 @@
+package cmd
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/internal/testutil"
+	"github.com/kiln-ml/kiln/manifest"
+)
+
+var tinynetPath = filepath.Join("..", "testdata", "tinynet.onnx")
+
+func TestConvertPartialAndRerun(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // no trtexec, even on a GPU machine
+	repo := filepath.Join(t.TempDir(), "repo")
+	args := []string{"convert", tinynetPath, "-o", repo, "--precision", "fp32,fp16", "--runtime", "onnx,trt", "--max-batch", "8", "--progress", "none"}
+	_, errOut, code := run(t, args...)
+	if code != ExitPartial || !strings.Contains(errOut, "--skip-unavailable") {
+		t.Fatalf("convert with TensorRT variants and no trtexec = exit %d (%s), want %d", code, errOut, ExitPartial)
+	}
+	out, errOut, code := run(t, append(args, "--skip-unavailable", "--output", "json")...)
+	if code != 0 {
+		t.Fatalf("convert --skip-unavailable = exit %d: %s", code, errOut)
+	}
+	var res struct {
+		Variants []struct {
+			Model, Status, Detail string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("--output json: %v\n%s", err, out)
+	}
+	status := map[string]string{}
+	for _, v := range res.Variants {
+		status[v.Model] = v.Status
+	}
+	want := map[string]string{"tinynet_onnx_fp32_b8": "cached", "tinynet_onnx_fp16_b8": "cached", "tinynet_trt_fp32_b8": "needs-tensorrt", "tinynet_trt_fp16_b8": "needs-tensorrt"}
+	for k, v := range want {
+		if status[k] != v {
+			t.Errorf("rerun status of %s = %q, want %q", k, status[k], v)
+		}
+	}
+	if _, _, code := run(t, "pbtxt", "lint", repo); code != 0 {
+		t.Errorf("pbtxt lint of the converted repository = exit %d", code)
+	}
+	m, err := manifest.Read(repo)
+	if err != nil || len(m.Models) != 4 {
+		t.Fatalf("manifest = %v, %v", m, err)
+	}
+}
+
+func TestConvertUsageErrors(t *testing.T) {
+	repo := t.TempDir()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"convert", tinynetPath}, "-o REPO is required"},
+		{[]string{"convert", tinynetPath, "-o", repo, "--precision", "fp8"}, "fp8"},
+		{[]string{"convert", tinynetPath, "-o", repo, "--precision", "int8"}, "int8 needs calibration"},
+		{[]string{"convert", tinynetPath, "-o", repo, "--variant", "trt-fp16-q9"}, "q9"},
+		{[]string{"convert", tinynetPath, "-o", repo, "--max-batch", "-2"}, "--max-batch"},
+		{[]string{"convert", tinynetPath, "-o", repo, "--target", "gpu=a100"}, "--target"},
+	}
+	for _, c := range cases {
+		_, errOut, code := run(t, c.args...)
+		if code != ExitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("kiln %v = exit %d, %q; want exit 2 mentioning %q", c.args, code, errOut, c.want)
+		}
+	}
+	// A model that cannot batch refuses max batch sizes.
+	fixed := relCorpus(t, "models", "onnx-light", "light_squeezenet.onnx")
+	if _, errOut, code := run(t, "convert", fixed, "-o", repo, "--max-batch", "8"); code != ExitUsage || !strings.Contains(errOut, "cannot batch") {
+		t.Errorf("convert fixed-batch model with --max-batch = exit %d, %q", code, errOut)
+	}
+}
+
+func TestConvertPipelineFile(t *testing.T) {
+	dir := t.TempDir()
+	pf := filepath.Join(dir, "pipeline.yaml")
+	os.WriteFile(pf, []byte("model: x.onnx\nvariants:\n  - onnx-fp32\n  - {runtime: onnx, precision: fp16, max_batch: 4}\n"), 0o644)
+	repo := filepath.Join(dir, "repo")
+	_, errOut, code := run(t, "convert", tinynetPath, "-o", repo, "-f", pf, "--progress", "none")
+	if code != 0 {
+		t.Fatalf("convert -f = exit %d: %s", code, errOut)
+	}
+	for _, m := range []string{"tinynet_onnx_fp32", "tinynet_onnx_fp16_b4"} {
+		if _, err := os.Stat(filepath.Join(repo, m, "config.pbtxt")); err != nil {
+			t.Errorf("pipeline variant %s not built: %v", m, err)
+		}
+	}
+	os.WriteFile(pf, []byte("variants:\n  - onnx-fp32\nvariantz: []\n"), 0o644)
+	if _, errOut, code := run(t, "convert", tinynetPath, "-o", repo, "-f", pf); code == 0 || !strings.Contains(errOut, "variantz") {
+		t.Errorf("convert -f with an unknown key = exit %d, %q", code, errOut)
+	}
+}
+
+func TestConvertHelpGolden(t *testing.T) {
+	out, _, code := run(t, "convert", "--help")
+	if code != 0 {
+		t.Fatal(code)
+	}
+	testutil.Golden(t, "convert", []byte(out))
+}
