@@ -3,7 +3,9 @@ package convert
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/kiln-ml/kiln/internal/testmodels"
 	"github.com/kiln-ml/kiln/onnx"
@@ -52,4 +54,41 @@ func BenchmarkFP16Wide100MB(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkFP16Ratio alternates load+save and load+ToFP16+save of the same
+// ~100 MB model in one loop, with a GC before each timed step, and reports
+// fp16/baseline (target at most 2).
+func BenchmarkFP16Ratio(b *testing.B) {
+	dir := b.TempDir()
+	path := filepath.Join(dir, "wide100.onnx")
+	if err := (&onnx.Model{Proto: testmodels.Wide(100, 7)}).Save(path); err != nil {
+		b.Fatal(err)
+	}
+	out := filepath.Join(dir, "out.onnx")
+	var base, fp16 time.Duration
+	step := func(acc *time.Duration, convert bool) {
+		runtime.GC()
+		t0 := time.Now()
+		m, err := onnx.Load(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if convert {
+			if m, _, err = ToFP16(m, FP16Options{KeepIOTypes: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := m.Save(out); err != nil {
+			b.Fatal(err)
+		}
+		*acc += time.Since(t0)
+	}
+	for i := 0; i < b.N; i++ {
+		step(&base, false)
+		step(&fp16, true)
+	}
+	b.ReportMetric(float64(base.Milliseconds())/float64(b.N), "base-ms")
+	b.ReportMetric(float64(fp16.Milliseconds())/float64(b.N), "fp16-ms")
+	b.ReportMetric(float64(fp16)/float64(base), "fp16/base")
 }

@@ -24,16 +24,57 @@ type limits struct {
 
 // half converts one value, reporting whether it was clamped to ±maxFinite
 // or flushed up to ±minPos.
+//
+// It works on the bit patterns: for non-negative IEEE floats the order of
+// the magnitudes is the order of the bits, so the tests are integer
+// compares, which keeps the rewrite of a large model close to memory speed.
 func (l limits) half(v float32) (h float16.Float16, clamped, flushed bool) {
-	a := float32(math.Abs(float64(v)))
+	u := math.Float32bits(v)
+	sign, a := u&0x80000000, u&0x7fffffff
 	switch {
-	case a == 0 || a != a || math.IsInf(float64(a), 0):
-	case a < l.minPos:
-		v, flushed = float32(math.Copysign(float64(l.minPos), float64(v))), true
-	case a > l.maxFinite:
-		v, clamped = float32(math.Copysign(float64(l.maxFinite), float64(v))), true
+	case a == 0 || a >= 0x7f800000: // zero, infinity, NaN: kept
+	case a < math.Float32bits(l.minPos):
+		u, flushed = sign|math.Float32bits(l.minPos), true
+	case a > math.Float32bits(l.maxFinite):
+		u, clamped = sign|math.Float32bits(l.maxFinite), true
 	}
-	return float16.Fromfloat32(v), clamped, flushed
+	return float16.Frombits(f32ToF16(u)), clamped, flushed
+}
+
+// f32ToF16 rounds float32 bits to float16 bits, to nearest with ties to
+// even, like float16.Fromfloat32 (whose tests cover the same cases), but
+// inlinable in the conversion loop.
+func f32ToF16(u uint32) uint16 {
+	sign := uint16(u>>16) & 0x8000
+	exp := int32(u>>23) & 0xff
+	man := u & 0x7fffff
+	switch {
+	case exp == 0xff: // Inf or NaN (keep a quiet NaN payload bit)
+		if man != 0 {
+			return sign | 0x7e00 | uint16(man>>13)
+		}
+		return sign | 0x7c00
+	case exp > 142: // >= 2^16: overflows float16
+		return sign | 0x7c00
+	case exp < 102: // below 2^-25, half the smallest subnormal: rounds to zero
+		return sign
+	case exp < 113: // float16 subnormal
+		man |= 0x800000
+		shift := uint32(126 - exp)
+		half := uint32(1) << (shift - 1)
+		rest := man & (1<<shift - 1)
+		r := man >> shift
+		if rest > half || (rest == half && r&1 == 1) {
+			r++
+		}
+		return sign | uint16(r)
+	}
+	r := uint32(exp-112)<<10 | man>>13
+	rest := man & 0x1fff
+	if rest > 0x1000 || (rest == 0x1000 && r&1 == 1) {
+		r++ // may carry into the exponent, up to infinity: correct rounding
+	}
+	return sign | uint16(r)
 }
 
 // parallelMin is the element count above which a tensor is converted by
@@ -45,17 +86,31 @@ const parallelMin = 1 << 20
 func (l limits) halfRaw(src []byte) (dst []byte, clamped, flushed int) {
 	n := len(src) / 4
 	dst = make([]byte, 2*n)
+	minB, maxB := math.Float32bits(l.minPos), math.Float32bits(l.maxFinite)
+	// The loop is half() and f32ToF16 by hand, with the common case (a
+	// normal float16 result) inline: this is the whole cost of the rewrite.
 	work := func(lo, hi int) (c, f int) {
 		le := binary.LittleEndian
 		for i := lo; i < hi; i++ {
-			h, cl, fl := l.half(math.Float32frombits(le.Uint32(src[4*i:])))
-			le.PutUint16(dst[2*i:], h.Bits())
-			if cl {
-				c++
+			u := le.Uint32(src[4*i:])
+			a := u & 0x7fffffff
+			switch {
+			case a-1 < minB-1: // 0 < a < minPos
+				u, f = u&0x80000000|minB, f+1
+			case a > maxB && a < 0x7f800000:
+				u, c = u&0x80000000|maxB, c+1
 			}
-			if fl {
-				f++
+			var h uint16
+			if exp := u >> 23 & 0xff; exp-113 < 30 { // normal float16 result
+				r := (exp-112)<<10 | (u&0x7fffff)>>13
+				if rest := u & 0x1fff; rest > 0x1000 || (rest == 0x1000 && r&1 == 1) {
+					r++
+				}
+				h = uint16(u>>16)&0x8000 | uint16(r)
+			} else {
+				h = f32ToF16(u)
 			}
+			le.PutUint16(dst[2*i:], h)
 		}
 		return c, f
 	}
