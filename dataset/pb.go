@@ -6,6 +6,7 @@ import (
 	"path"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
@@ -27,7 +28,12 @@ func openPB(ctx context.Context, spec Spec, fsys FS, names []string, single bool
 	for _, n := range names {
 		dir, num := n, 0
 		if !single {
-			dir = path.Dir(n)
+			// Not path.Dir, which would fold "gs://" into "gs:/".
+			if i := strings.LastIndex(n, "/"); i >= 0 {
+				dir = n[:i]
+			} else {
+				dir = "."
+			}
 			m := pbInputRE.FindStringSubmatch(path.Base(n))
 			num, _ = strconv.Atoi(m[1])
 		}
