@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -159,8 +160,13 @@ directory next to DIR that replaces DIR only when the run succeeds.`,
 			if err := g.initORT(); err != nil {
 				return err
 			}
+			fsys, closeFS, err := dataFS(c.Context(), o.data)
+			if err != nil {
+				return err
+			}
+			defer closeFS()
 			report, done := newProgress(c.ErrOrStderr(), o.progress)
-			rep, err := calibrate.Run(c.Context(), cfg, o.out,
+			rep, err := calibrate.Run(c.Context(), cfg, o.out, calibrate.WithFS(fsys),
 				calibrate.WithProgress(report), calibrate.WithLogger(g.logger(c.ErrOrStderr())))
 			done()
 			if err != nil {
@@ -233,4 +239,18 @@ func init() {
 		}
 		return ""
 	})
+}
+
+// dataFS returns the storage for a --data value: Google Cloud Storage for a
+// gs:// prefix (Application Default Credentials; STORAGE_EMULATOR_HOST is
+// honoured by the storage library), the local file system otherwise.
+func dataFS(ctx context.Context, data string) (dataset.FS, func(), error) {
+	if !strings.HasPrefix(data, "gs://") {
+		return dataset.Local{}, func() {}, nil
+	}
+	g, err := dataset.NewGCS(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening Google Cloud Storage for %s: %w", data, err)
+	}
+	return g, func() { g.Close() }, nil
 }

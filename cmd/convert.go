@@ -382,7 +382,10 @@ func (o *convertOptions) calibrateOnTheFly(c *cobra.Command, g *globalOptions, m
 	if err != nil {
 		return "", err
 	}
-	abs, _ := filepath.Abs(o.calib.data)
+	abs := o.calib.data
+	if !strings.HasPrefix(abs, "gs://") {
+		abs, _ = filepath.Abs(abs)
+	}
 	key := manifest.DigestBytes([]byte(fmt.Sprintf("%s|%s|%s|%s|%d", md, abs, o.calib.preprocess, o.calib.method, o.calib.samples)))
 	ucd, err := os.UserCacheDir()
 	if err != nil {
@@ -399,8 +402,13 @@ func (o *convertOptions) calibrateOnTheFly(c *cobra.Command, g *globalOptions, m
 	if err := g.initORT(); err != nil {
 		return "", err
 	}
+	fsys, closeFS, err := dataFS(c.Context(), o.calib.data)
+	if err != nil {
+		return "", err
+	}
+	defer closeFS()
 	report, done := newProgress(c.ErrOrStderr(), o.progress)
-	rep, err := calibrate.Run(c.Context(), cfg, dir, calibrate.WithProgress(report), calibrate.WithLogger(g.logger(c.ErrOrStderr())))
+	rep, err := calibrate.Run(c.Context(), cfg, dir, calibrate.WithFS(fsys), calibrate.WithProgress(report), calibrate.WithLogger(g.logger(c.ErrOrStderr())))
 	done()
 	if err != nil {
 		return "", fmt.Errorf("calibrating for the int8 variants: %w", err)
