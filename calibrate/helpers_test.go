@@ -11,24 +11,14 @@ import (
 	"testing"
 
 	"github.com/kiln-ml/kiln/dataset"
-	"github.com/kiln-ml/kiln/internal/testutil"
+	"github.com/kiln-ml/kiln/internal/ortest"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
-	"github.com/kiln-ml/kiln/ort"
 )
 
 // initORT loads the library `make deps` provides; without it the test
 // fails, because `make test` runs `make deps` first.
-func initORT(t testing.TB) {
-	t.Helper()
-	lib, err := ort.FindLibrary("", os.Getenv("KILN_ORT_LIB"), testutil.RepoRoot(t))
-	if err != nil {
-		t.Fatalf("ONNX Runtime library missing, run make deps: %v", err)
-	}
-	if err := ort.Init(lib); err != nil {
-		t.Fatalf("ort.Init(%s) = %v", lib, err)
-	}
-}
+func initORT(t testing.TB) { ortest.Init(t) }
 
 // writeModel saves p under dir and returns the path.
 func writeModel(t testing.TB, dir, name string, p *onnxpb.ModelProto) string {

@@ -12,11 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-ml/kiln/internal/ortest"
 	"github.com/kiln-ml/kiln/internal/testutil"
 	"github.com/kiln-ml/kiln/onnx"
-	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"github.com/kiln-ml/kiln/ort"
-	"google.golang.org/protobuf/proto"
 )
 
 // What ONNX Runtime's CPU provider checks here (measured with 1.24.1): it
@@ -63,33 +62,9 @@ var fp16Unrunnable = map[string]string{
 	"pytorch-converted/test_Linear":           "Failed to find kernel for Gemm(6)",
 }
 
-func initORT(t testing.TB) {
-	t.Helper()
-	lib, err := ort.FindLibrary("", os.Getenv("KILN_ORT_LIB"), testutil.RepoRoot(t))
-	if err != nil {
-		t.Skipf("ONNX Runtime library not found (run make deps): %v", err)
-	}
-	if err := ort.Init(lib); err != nil {
-		t.Fatalf("ort.Init(%s) = %v", lib, err)
-	}
-}
+func initORT(t testing.TB) { ortest.Init(t) }
 
-func readTensorFile(t testing.TB, path string) *onnx.Tensor {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &onnxpb.TensorProto{}
-	if err := proto.Unmarshal(b, p); err != nil {
-		t.Fatalf("parsing %s: %v", path, err)
-	}
-	tn, err := onnx.Decode(p)
-	if err != nil {
-		t.Fatalf("decoding %s: %v", path, err)
-	}
-	return tn
-}
+func readTensorFile(t testing.TB, path string) *onnx.Tensor { return ortest.ReadTensor(t, path) }
 
 func runModel(m *onnx.Model, in map[string]*onnx.Tensor) (map[string]*onnx.Tensor, error) {
 	data, err := m.Marshal()
