@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -176,7 +177,7 @@ func (o *convertOptions) run(c *cobra.Command, g *globalOptions, model string) e
 		opts.Labels = map[string][]byte{name: data}
 		opts.Config.LabelsFile = name
 	}
-	if err := o.trt(&opts); err != nil {
+	if err := o.trt(c.Context(), &opts); err != nil {
 		return err
 	}
 	m, err := loadForPlan(model)
@@ -261,7 +262,7 @@ func (o *convertOptions) int8(opts *convert.Options) error {
 }
 
 // trt finds trtexec and the GPU, and fills the engine options.
-func (o *convertOptions) trt(opts *convert.Options) error {
+func (o *convertOptions) trt(ctx context.Context, opts *convert.Options) error {
 	t := convert.TRTOptions{WorkspaceMiB: o.workspace, HardwareCompat: o.hwCompat, VersionCompatible: o.versionComp, Timeout: o.trtTimeout}
 	if o.optLevel >= 0 {
 		lvl := o.optLevel
@@ -298,6 +299,13 @@ func (o *convertOptions) trt(opts *convert.Options) error {
 	}
 	opts.Builder = &convert.Trtexec{Path: path, Runner: execx.Exec{}, Timeout: o.trtTimeout, Logger: opts.Logger}
 	opts.TRT = t
+	// The GPU the engines are built on, for provenance and --target. Without
+	// nvidia-smi the builds still run; the record then has what trtexec logs.
+	if gpus, err := convert.QueryGPU(ctx, execx.Exec{}, ""); err == nil && len(gpus) > 0 {
+		opts.GPU = &gpus[0]
+	} else if err != nil {
+		opts.Logger.Warn("cannot query the GPU with nvidia-smi; provenance will only have what trtexec logs", "err", err)
+	}
 	return nil
 }
 

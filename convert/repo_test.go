@@ -240,3 +240,29 @@ func TestParseVariantAndMatrix(t *testing.T) {
 		t.Errorf("ParseMatrix(bad) = %v, want errors naming fp8 and --max-batch", err)
 	}
 }
+
+// A --target that the GPU does not match is refused before trtexec builds
+// anything, and nothing is written for the variant.
+func TestRunRefusesTargetMismatch(t *testing.T) {
+	tx, argvFile := newDouble(t, doubleSetup{log: "trt10.16_result-01.log"})
+	repo := t.TempDir()
+	opts := Options{Source: tinynet, Repo: repo, ToolVersion: "test", Builder: tx,
+		GPU:      &GPUInfo{Name: "NVIDIA A10G", ComputeCapability: "8.6"},
+		TRT:      TRTOptions{Target: &Target{ComputeCapability: "9.0"}},
+		Variants: variants(t, "trt-fp32-b4")}
+	res, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Failed()) != 1 || !strings.Contains(res.Rows[0].Detail, "compute capability") {
+		t.Fatalf("Run with a mismatched target = %+v, want a failed variant naming the compute capability", res.Rows)
+	}
+	for _, argv := range recordedArgv(t, argvFile) {
+		if len(argv) > 0 && argv[0] != "--help" {
+			t.Errorf("trtexec was asked to build despite the target mismatch: %v", argv)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(repo, "tinynet_trt_fp32_b4")); !os.IsNotExist(err) {
+		t.Errorf("a refused variant left a model directory (stat err %v)", err)
+	}
+}
