@@ -82,6 +82,7 @@ type Session struct {
 	inIdx   map[string]int
 	outIdx  map[string]int
 	fetches []fetch
+	shapes  shapeCache // output shapes by input shapes, see outputs.go
 }
 
 // NewSession opens a session on the model file at path. ONNX Runtime reads
@@ -235,7 +236,15 @@ func (s *Session) Close() error {
 // tensors own their data. Element types and fixed dimensions are checked
 // against the model before ONNX Runtime sees them. Cancelling ctx stops a
 // running model at the next operator boundary.
+//
+// Outputs of a run whose input shapes the session has seen before are
+// written by ONNX Runtime straight into the Go memory of the result (see
+// outputs.go); RunReuse also recycles that memory.
 func (s *Session) Run(ctx context.Context, inputs map[string]*onnx.Tensor, outputs []string) (map[string]*onnx.Tensor, error) {
+	return s.runChecked(ctx, inputs, outputs, nil)
+}
+
+func (s *Session) runChecked(ctx context.Context, inputs map[string]*onnx.Tensor, outputs []string, old map[string]*onnx.Tensor) (map[string]*onnx.Tensor, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("running %s: %w", s.name, err)
 	}
@@ -251,7 +260,7 @@ func (s *Session) Run(ctx context.Context, inputs map[string]*onnx.Tensor, outpu
 	if s.sess == nil {
 		return nil, fmt.Errorf("running %s: %w", s.name, ErrClosed)
 	}
-	res, err := s.run(ctx, inputs, want)
+	res, err := s.run(ctx, inputs, want, old)
 	if err != nil {
 		return nil, fmt.Errorf("running %s: %w", s.name, err)
 	}
@@ -350,75 +359,6 @@ func shapeString(in IOInfo) string {
 		}
 	}
 	return "[" + strings.Join(parts, ",") + "]"
-}
-
-func (s *Session) run(ctx context.Context, inputs map[string]*onnx.Tensor, want map[string]bool) (map[string]*onnx.Tensor, error) {
-	in := make([]ortgo.Value, len(s.inputs))
-	out := make([]ortgo.Value, len(s.fetches))
-	defer func() {
-		// The binding leaves the values it allocated in out, even when it
-		// fails half-way through converting them.
-		for _, v := range append(in, out...) {
-			if v != nil {
-				v.Destroy()
-			}
-		}
-	}()
-	for i, info := range s.inputs {
-		v, err := toValue(inputs[info.Name])
-		if err != nil {
-			return nil, fmt.Errorf("input %q: %w", info.Name, err)
-		}
-		in[i] = v
-	}
-	typed := make([]any, len(s.fetches)) // Go slices behind pre-allocated float16/bfloat16 outputs
-	for i, f := range s.fetches {
-		info := s.outputs[f.out]
-		var err error
-		switch {
-		case f.widened && info.Ranked && len(info.Dims) == 0:
-			out[i], _, err = allocate(onnx.Float, nil)
-		case f.widened || info.Kind != "tensor" || !info.static():
-			// Left to ONNX Runtime, so a model whose recorded output shape
-			// is stale still runs.
-		case len(info.Dims) == 0 && info.Type != onnx.String:
-			// The binding cannot convert rank-0 outputs it allocates.
-			out[i], _, err = allocate(info.Type, info.Dims)
-		case info.Type == onnx.Float16 || info.Type == onnx.BFloat16:
-			out[i], typed[i], err = allocate(info.Type, info.Dims)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("output %q: %w", info.Name, err)
-		}
-	}
-	if err := s.runORT(ctx, in, out); err != nil {
-		return nil, err
-	}
-	res := make(map[string]*onnx.Tensor, len(want))
-	for i, f := range s.fetches {
-		info := s.outputs[f.out]
-		if !want[info.Name] {
-			continue
-		}
-		if typed[i] != nil {
-			res[info.Name] = &onnx.Tensor{Name: info.Name, Type: info.Type, Dims: append([]int64{}, info.Dims...), Data: typed[i]}
-			continue
-		}
-		if out[i] == nil {
-			return nil, fmt.Errorf("output %q: ONNX Runtime returned no value", info.Name)
-		}
-		t, err := fromValue(info.Name, out[i])
-		if err != nil {
-			return nil, fmt.Errorf("output %q: %w", info.Name, err)
-		}
-		if f.widened {
-			if t, err = narrow(t, info.Type); err != nil {
-				return nil, fmt.Errorf("output %q: %w", info.Name, err)
-			}
-		}
-		res[info.Name] = t
-	}
-	return res, nil
 }
 
 // runORT runs the session, terminating it if ctx is cancelled meanwhile.

@@ -164,59 +164,75 @@ func bytesOf[T float16.Float16 | onnx.BF16](d []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&d[0])), 2*len(d))
 }
 
-// allocate makes an output buffer of a static shape: the work-around for
-// the binding, which cannot convert float16/bfloat16 outputs that ONNX
-// Runtime allocates (it copies one byte per element and then fails with
-// "not enough space") nor outputs of rank 0. data is the Go slice the
-// value writes into (nil for scalars, read back with fromValue).
-func allocate(dt onnx.DataType, dims []int64) (ortgo.Value, any, error) {
+// allocate makes an output value of a known shape over Go memory, drawn
+// from prior (the data of a tensor the caller gave back) when it has the
+// same Go type and room for the elements. data is the Go slice the value
+// writes into (nil for scalars, read back with fromValue). It is also the
+// work-around for the binding, which cannot convert float16/bfloat16 outputs
+// that ONNX Runtime allocates (it copies one byte per element and then fails
+// with "not enough space") nor outputs of rank 0.
+func allocate(dt onnx.DataType, dims []int64, prior any) (ortgo.Value, any, error) {
 	n, err := onnx.NumElements(dims)
 	if err != nil {
 		return nil, nil, err
 	}
 	switch dt {
 	case onnx.Float16:
-		d := make([]float16.Float16, n)
+		d := reuse[float16.Float16](prior, n)
 		v, err := custom(dims, bytesOf(d), dt)
 		return v, d, err
 	case onnx.BFloat16:
-		d := make([]onnx.BF16, n)
+		d := reuse[onnx.BF16](prior, n)
 		v, err := custom(dims, bytesOf(d), dt)
 		return v, d, err
+	case onnx.Float8E4M3FN, onnx.Float8E4M3FNUZ, onnx.Float8E5M2, onnx.Float8E5M2FNUZ:
+		d := reuse[uint8](prior, n)
+		v, err := custom(dims, d, dt)
+		return v, d, err
 	case onnx.Float:
-		return empty[float32](dims)
+		return empty[float32](dims, prior)
 	case onnx.Double:
-		return empty[float64](dims)
+		return empty[float64](dims, prior)
 	case onnx.Int8:
-		return empty[int8](dims)
+		return empty[int8](dims, prior)
 	case onnx.Int16:
-		return empty[int16](dims)
+		return empty[int16](dims, prior)
 	case onnx.Int32:
-		return empty[int32](dims)
+		return empty[int32](dims, prior)
 	case onnx.Int64:
-		return empty[int64](dims)
+		return empty[int64](dims, prior)
 	case onnx.Uint8:
-		return empty[uint8](dims)
+		return empty[uint8](dims, prior)
 	case onnx.Uint16:
-		return empty[uint16](dims)
+		return empty[uint16](dims, prior)
 	case onnx.Uint32:
-		return empty[uint32](dims)
+		return empty[uint32](dims, prior)
 	case onnx.Uint64:
-		return empty[uint64](dims)
+		return empty[uint64](dims, prior)
 	case onnx.Bool:
-		return empty[bool](dims)
+		return empty[bool](dims, prior)
 	}
 	return nil, nil, fmt.Errorf("%s: %w", dt, errUnsupported)
 }
 
-func empty[T ortgo.TensorData](dims []int64) (ortgo.Value, any, error) {
+func empty[T ortgo.TensorData](dims []int64, prior any) (ortgo.Value, any, error) {
 	if len(dims) == 0 {
 		v, err := ortgo.NewEmptyScalar[T]()
 		return v, nil, err
 	}
-	d := make([]T, mustElements(dims))
+	d := reuse[T](prior, mustElements(dims))
 	v, err := ortgo.NewTensor(ortgo.Shape(dims), d)
 	return v, d, err
+}
+
+// reuse returns prior[:n] when prior is a []T with room for n elements, and
+// a new slice otherwise. The old contents stay: every output element is
+// written by the run.
+func reuse[T any](prior any, n int) []T {
+	if d, ok := prior.([]T); ok && cap(d) >= n {
+		return d[:n]
+	}
+	return make([]T, n)
 }
 
 func mustElements(dims []int64) int {
@@ -278,9 +294,9 @@ func read[T ortgo.TensorData](v ortgo.Value) (data any, scalar, ok bool) {
 }
 
 // narrow converts a float32 output that was widened from float16 or
-// bfloat16 back to its declared type. Both widenings are exact, so this is
-// exact too (NaN stays NaN).
-func narrow(t *onnx.Tensor, dt onnx.DataType) (*onnx.Tensor, error) {
+// bfloat16 back to its declared type, into prior's memory where it fits (see
+// reuse). Both widenings are exact, so this is exact too (NaN stays NaN).
+func narrow(t *onnx.Tensor, dt onnx.DataType, prior any) (*onnx.Tensor, error) {
 	f, ok := t.Data.([]float32)
 	if !ok {
 		return nil, fmt.Errorf("widened output holds %T, want []float32", t.Data)
@@ -288,13 +304,13 @@ func narrow(t *onnx.Tensor, dt onnx.DataType) (*onnx.Tensor, error) {
 	out := &onnx.Tensor{Name: t.Name, Type: dt, Dims: t.Dims}
 	switch dt {
 	case onnx.Float16:
-		d := make([]float16.Float16, len(f))
+		d := reuse[float16.Float16](prior, len(f))
 		for i, v := range f {
 			d[i] = float16.Fromfloat32(v)
 		}
 		out.Data = d
 	case onnx.BFloat16:
-		d := make([]onnx.BF16, len(f))
+		d := reuse[onnx.BF16](prior, len(f))
 		for i, v := range f {
 			d[i] = onnx.BF16(math.Float32bits(v) >> 16)
 		}

@@ -1,0 +1,291 @@
+package ort
+
+import (
+	"context"
+	"reflect"
+	"runtime"
+	"slices"
+	"testing"
+	"unsafe"
+
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
+	"github.com/x448/float16"
+)
+
+// cloneData copies a tensor's data slice.
+func cloneData(d any) any {
+	v := reflect.ValueOf(d)
+	c := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+	reflect.Copy(c, v)
+	return c.Interface()
+}
+
+// dataPtr is the address of the first element of a tensor's data (0 when
+// empty), to tell whether two tensors share memory.
+func dataPtr(t *onnx.Tensor) uintptr {
+	v := reflect.ValueOf(t.Data)
+	if v.Cap() == 0 {
+		return 0
+	}
+	return uintptr(v.Slice(0, 1).UnsafePointer())
+}
+
+// graphModel builds a model of nodes with the given inputs and outputs.
+func graphModel(t testing.TB, nodes []*onnxpb.NodeProto, in, out []*onnxpb.ValueInfoProto) []byte {
+	t.Helper()
+	ir, opset, domain, name := int64(10), int64(21), "", "g"
+	m := &onnx.Model{Proto: &onnxpb.ModelProto{
+		IrVersion:   &ir,
+		OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: &domain, Version: &opset}},
+		Graph:       &onnxpb.GraphProto{Name: &name, Node: nodes, Input: in, Output: out},
+	}}
+	b, err := m.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func node(op string, in []string, out string) *onnxpb.NodeProto {
+	return &onnxpb.NodeProto{OpType: &op, Input: in, Output: []string{out}}
+}
+
+func floats(name string, dims []int64, v ...float32) *onnx.Tensor {
+	return &onnx.Tensor{Name: name, Type: onnx.Float, Dims: dims, Data: v}
+}
+
+// known returns what the session has learnt of its outputs for inputs.
+func known(s *Session, inputs map[string]*onnx.Tensor) []outShape {
+	return s.shapes.get(s.shapeKey(inputs))
+}
+
+// TestOutputShapeCache: outputs are pre-allocated once a run has shown
+// their shapes for the given input shapes, per combination of input
+// shapes (a dynamic batch that changes), and RunReuse writes into the
+// memory it is given back, also when a smaller batch follows a larger one.
+func TestOutputShapeCache(t *testing.T) {
+	initORT(t)
+	// y = Relu(x) and z = x + x: two outputs of a dynamic batch, one of
+	// them an output no model shape records (z has no type or shape).
+	nodes := []*onnxpb.NodeProto{node("Relu", []string{"x"}, "y"), node("Add", []string{"x", "x"}, "z")}
+	s, err := NewSessionFromBytes(graphModel(t, nodes,
+		[]*onnxpb.ValueInfoProto{onnx.TensorType("x", onnx.Float, dynNx3)},
+		[]*onnxpb.ValueInfoProto{onnx.TensorType("y", onnx.Float, dynNx3), {Name: ptr("z")}}), SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	batch := func(n int) map[string]*onnx.Tensor {
+		v := make([]float32, 3*n)
+		for i := range v {
+			v[i] = float32(i%5) - 2
+		}
+		return map[string]*onnx.Tensor{"x": floats("x", []int64{int64(n), 3}, v...)}
+	}
+	check := func(what string, in, got map[string]*onnx.Tensor) {
+		t.Helper()
+		x := in["x"].Data.([]float32)
+		y, z := got["y"], got["z"]
+		if y == nil || z == nil {
+			t.Fatalf("%s: outputs %v, want y and z", what, got)
+		}
+		for _, o := range []*onnx.Tensor{y, z} {
+			if !slices.Equal(o.Dims, in["x"].Dims) || o.Type != onnx.Float || o.Len() != len(x) {
+				t.Fatalf("%s: output %s is %s %v with %d elements, want float32 %v", what, o.Name, o.Type, o.Dims, o.Len(), in["x"].Dims)
+			}
+		}
+		for i, v := range x {
+			if y.Data.([]float32)[i] != max(v, 0) || z.Data.([]float32)[i] != v+v {
+				t.Fatalf("%s: element %d: y = %v, z = %v for x = %v", what, i, y.Data.([]float32)[i], z.Data.([]float32)[i], v)
+			}
+		}
+	}
+
+	in4 := batch(4)
+	if k := known(s, in4); k != nil {
+		t.Fatalf("before any run: known = %+v, want nothing", k)
+	}
+	first, err := s.Run(ctx, in4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("first run", in4, first)
+	want := []outShape{{shapeFixed, onnx.Float, []int64{4, 3}}, {shapeFixed, onnx.Float, []int64{4, 3}}}
+	if k := known(s, in4); !reflect.DeepEqual(k, want) {
+		t.Fatalf("after a run with [4,3]: known = %+v, want %+v", k, want)
+	}
+	second, err := s.Run(ctx, in4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("pre-allocated run", in4, second)
+
+	// Reuse: the result lives in the memory given back.
+	y, z := dataPtr(second["y"]), dataPtr(second["z"])
+	third, err := s.RunReuse(ctx, in4, nil, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("reusing run", in4, third)
+	if dataPtr(third["y"]) != y || dataPtr(third["z"]) != z {
+		t.Errorf("RunReuse wrote into new memory, want the memory of the tensors given back")
+	}
+
+	// A new batch size is a new key; the memory of a batch of 4 holds a
+	// batch of 2 once its shapes are known.
+	in2 := batch(2)
+	r2, err := s.RunReuse(ctx, in2, nil, third)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("first run with [2,3]", in2, r2)
+	if k := known(s, in2); len(k) != 2 || !slices.Equal(k[0].dims, []int64{2, 3}) {
+		t.Fatalf("after a run with [2,3]: known = %+v", k)
+	}
+	if k := known(s, in4); !reflect.DeepEqual(k, want) {
+		t.Errorf("the run with [2,3] changed what is known for [4,3]: %+v", k)
+	}
+	big, err := s.Run(ctx, in4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y = dataPtr(big["y"])
+	small, err := s.RunReuse(ctx, in2, nil, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("run with [2,3] into the memory of [4,3]", in2, small)
+	if dataPtr(small["y"]) != y {
+		t.Errorf("a batch of 2 did not reuse the memory of a batch of 4")
+	}
+	// And back: memory too small for a batch of 4 is not used.
+	again, err := s.RunReuse(ctx, in4, nil, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("run with [4,3] after [2,3]", in4, again)
+
+	// Given-back tensors of the wrong element type are not used either.
+	wrong := map[string]*onnx.Tensor{"y": {Name: "y", Type: onnx.Int32, Dims: []int64{4, 3}, Data: make([]int32, 12)}}
+	r, err := s.RunReuse(ctx, in4, []string{"y"}, wrong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r["y"].Type != onnx.Float || dataPtr(r["y"]) == dataPtr(wrong["y"]) {
+		t.Errorf("RunReuse over an int32 tensor returned %s in its memory", r["y"].Type)
+	}
+}
+
+// TestOutputShapeCacheStale: an output whose shape depends on input values
+// (ConstantOfShape of an input) makes a remembered shape wrong. The run still
+// returns the right result, and the output is left to ONNX Runtime from then
+// on, while the other output stays pre-allocated.
+func TestOutputShapeCacheStale(t *testing.T) {
+	initORT(t)
+	shape1 := onnx.Shape{Ranked: true, Dims: []onnx.Dim{{Value: 2, Known: true}}}
+	nodes := []*onnxpb.NodeProto{node("ConstantOfShape", []string{"shape"}, "y"), node("Neg", []string{"shape"}, "n")}
+	s, err := NewSessionFromBytes(graphModel(t, nodes,
+		[]*onnxpb.ValueInfoProto{onnx.TensorType("shape", onnx.Int64, shape1)},
+		[]*onnxpb.ValueInfoProto{onnx.TensorType("y", onnx.Float, onnx.Shape{Ranked: true, Dims: []onnx.Dim{{}, {}}}), onnx.TensorType("n", onnx.Int64, shape1)}), SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	var last map[string]*onnx.Tensor
+	for i, dims := range [][]int64{{2, 3}, {2, 3}, {4, 5}, {4, 5}, {1, 1}, {2, 3}} {
+		in := map[string]*onnx.Tensor{"shape": {Name: "shape", Type: onnx.Int64, Dims: []int64{2}, Data: slices.Clone(dims)}}
+		got, err := s.RunReuse(ctx, in, nil, last)
+		if err != nil {
+			t.Fatalf("run %d with shape %v: %v", i, dims, err)
+		}
+		y, n := got["y"], got["n"]
+		if !slices.Equal(y.Dims, dims) || y.Len() != int(dims[0]*dims[1]) {
+			t.Fatalf("run %d: y has shape %v, want %v", i, y.Dims, dims)
+		}
+		for _, v := range y.Data.([]float32) {
+			if v != 0 {
+				t.Fatalf("run %d: y holds %v, want zeros", i, v)
+			}
+		}
+		if nd := n.Data.([]int64); nd[0] != -dims[0] || nd[1] != -dims[1] {
+			t.Fatalf("run %d: n = %v, want %v negated", i, nd, dims)
+		}
+		last = got
+	}
+	k := known(s, map[string]*onnx.Tensor{"shape": {Dims: []int64{2}}})
+	if len(k) != 2 || k[0].state != shapeVaries || k[1].state != shapeFixed {
+		t.Errorf("known = %+v, want y varying and n fixed", k)
+	}
+}
+
+// TestRunReuseHalf: a float16 output of dynamic shape is fetched through a
+// float32 cast and narrowed into the memory given back.
+func TestRunReuseHalf(t *testing.T) {
+	initORT(t)
+	s, err := NewSessionFromBytes(identityModel(t, "Cast", onnx.Float, onnx.Float16, dynNx3, castTo(onnx.Float16)), SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	in := map[string]*onnx.Tensor{"x": floats("x", []int64{2, 3}, 1.5, -2, 0, 3.25, 65504, -7)}
+	want := f16s(1.5, -2, 0, 3.25, 65504, -7)
+	var last map[string]*onnx.Tensor
+	for i := range 3 {
+		got, err := s.RunReuse(context.Background(), in, nil, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y := got["y"]
+		if y.Type != onnx.Float16 || !slices.Equal(y.Data.([]float16.Float16), want) {
+			t.Fatalf("run %d: y = %s %v, want float16 %v", i, y.Type, y.Data, want)
+		}
+		if i == 2 && dataPtr(y) != dataPtr(last["y"]) {
+			t.Errorf("run %d: float16 result not narrowed into the memory given back", i)
+		}
+		last = got
+	}
+}
+
+// TestRunReuseAllocates: once the shapes are known, a loop that gives each
+// result back allocates a small fraction of the outputs' size per run.
+func TestRunReuseAllocates(t *testing.T) {
+	initORT(t)
+	s, err := NewSessionFromBytes(identityModel(t, "Relu", onnx.Float, onnx.Float, dynNx3), SessionOptions{IntraOpThreads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n = 1 << 16
+	in := map[string]*onnx.Tensor{"x": floats("x", []int64{n, 3}, make([]float32, 3*n)...)}
+	ctx := context.Background()
+	measure := func(reuse bool) uint64 {
+		last, err := s.Run(ctx, in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range 10 {
+			if !reuse {
+				last = nil
+			}
+			if last, err = s.RunReuse(ctx, in, nil, last); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runtime.ReadMemStats(&after)
+		return (after.TotalAlloc - before.TotalAlloc) / 10
+	}
+	out := uint64(3 * n * unsafe.Sizeof(float32(0)))
+	if got := measure(false); got < out {
+		t.Errorf("runs without reuse allocated %d bytes per run, want at least the output's %d", got, out)
+	}
+	if got := measure(true); got > out/100 {
+		t.Errorf("runs with reuse allocated %d bytes per run, want under 1%% of the output's %d", got, out)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
