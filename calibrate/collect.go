@@ -133,8 +133,9 @@ type CollectOptions struct {
 // Collect runs batches through the model with every observed tensor (see
 // Observed) as an extra output and keeps, per tensor, the running min/max and
 // a histogram of |x|. Work is pipelined: reading a batch, running ONNX
-// Runtime and adding to the histograms overlap, and at most three batches are
-// held at once, so memory does not grow with the number of samples.
+// Runtime and adding to the histograms overlap, and the activations of at
+// most two batches are held at once, in memory that is reused from batch to
+// batch, so memory does not grow with the number of samples.
 // A NaN or infinite activation stops the run with an *ActivationError.
 func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batch, error], opts CollectOptions) (*Stats, error) {
 	names, err := Observed(m)
@@ -168,7 +169,14 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 		outs map[string]*onnx.Tensor
 	}
 	read := make(chan *dataset.Batch, 1)
-	ran := make(chan result, 1)
+	// ran is unbuffered: ONNX Runtime runs one batch ahead of the
+	// histograms, so two sets of activations are alive at a time.
+	ran := make(chan result)
+	// spent takes back the activations the histograms are done with, for
+	// ONNX Runtime to write the next batch into (ort.Session.RunReuse): no
+	// new memory per batch, and no third set since a set is only made when
+	// none is spare.
+	spent := make(chan map[string]*onnx.Tensor, 2)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { // read batches: decoding images overlaps with inference
@@ -190,7 +198,12 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 		defer wg.Done()
 		defer close(ran)
 		for b := range read {
-			outs, err := sess.Run(ctx, b.Tensors, nil)
+			var old map[string]*onnx.Tensor
+			select {
+			case old = <-spent:
+			default:
+			}
+			outs, err := sess.RunReuse(ctx, b.Tensors, nil, old)
 			if err != nil {
 				cancel(fmt.Errorf("batch of samples %s: %w", idRange(b.IDs), err))
 				return
@@ -219,6 +232,10 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 		if err := st.add(r.ids, r.outs, workers); err != nil {
 			cancel(err)
 			break
+		}
+		select {
+		case spent <- r.outs:
+		default:
 		}
 		if opts.Progress != nil {
 			opts.Progress(len(r.ids))
