@@ -275,21 +275,7 @@ func maxIntDiff(t testing.TB, got, want *onnx.Tensor) float64 {
 }
 
 // arangeInput is the onnx-light runner's input: x = arange(n).reshape(S)/n.
-func arangeInput(v onnx.ValueInfo) *onnx.Tensor {
-	dims := make([]int64, len(v.Shape.Dims))
-	for i, d := range v.Shape.Dims {
-		dims[i] = 1
-		if d.Known {
-			dims[i] = d.Value
-		}
-	}
-	n, _ := onnx.NumElements(dims)
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(float64(i) / float64(n))
-	}
-	return &onnx.Tensor{Name: v.Name, Type: onnx.Float, Dims: dims, Data: x}
-}
+func arangeInput(v onnx.ValueInfo) *onnx.Tensor { return ortest.ArangeInput(v) }
 
 // TestFP16Networks converts whole networks: the six onnx-light CNNs of
 // the corpus (compared with their stored float32 output) and kiln's

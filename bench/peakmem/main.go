@@ -7,6 +7,7 @@
 //	peakmem -mode read FILE              os.ReadFile (baseline)
 //	peakmem -mode load FILE              onnx.Load
 //	peakmem -mode save FILE              onnx.Load then Save to FILE.out
+//	peakmem -mode fp16 FILE              onnx.Load, convert.ToFP16, Save to FILE.out
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiln-ml/kiln/convert"
 	"github.com/kiln-ml/kiln/internal/testmodels"
 	"github.com/kiln-ml/kiln/onnx"
 )
@@ -27,7 +29,7 @@ import (
 func main() {
 	gen := flag.Int("gen", 0, "generate a model with this many MB of weights")
 	out := flag.String("o", "", "output path for -gen")
-	mode := flag.String("mode", "", "read, load or save")
+	mode := flag.String("mode", "", "read, load, save or fp16")
 	flag.Parse()
 	if err := run(*gen, *out, *mode, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "peakmem:", err)
@@ -61,6 +63,16 @@ func run(gen int, out, mode string, args []string) error {
 		if m, err = onnx.Load(path); err == nil {
 			err = m.Save(path + ".out")
 			os.Remove(path + ".out")
+		}
+		keep = m
+	case "fp16":
+		var m *onnx.Model
+		if m, err = onnx.Load(path); err == nil {
+			var h *onnx.Model
+			if h, _, err = convert.ToFP16(m, convert.FP16Options{KeepIOTypes: true}); err == nil {
+				err = h.Save(path + ".out")
+				os.Remove(path + ".out")
+			}
 		}
 		keep = m
 	default:

@@ -45,3 +45,21 @@ func ReadTensor(t testing.TB, path string) *onnx.Tensor {
 	}
 	return tn
 }
+
+// ArangeInput is the input the onnx-light runner builds for a float input
+// of shape S (unknown dimensions taken as 1): x = arange(n).reshape(S) / n.
+func ArangeInput(v onnx.ValueInfo) *onnx.Tensor {
+	dims := make([]int64, len(v.Shape.Dims))
+	for i, d := range v.Shape.Dims {
+		dims[i] = 1
+		if d.Known {
+			dims[i] = d.Value
+		}
+	}
+	n, _ := onnx.NumElements(dims)
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(float64(i) / float64(n))
+	}
+	return &onnx.Tensor{Name: v.Name, Type: onnx.Float, Dims: dims, Data: x}
+}
