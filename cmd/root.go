@@ -51,9 +51,10 @@ func New() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "kiln",
 		Short: "Bake a trained model into a verified NVIDIA Triton deployment",
-		Long: `kiln converts ONNX (and TensorFlow SavedModel) models into optimized variants
-(ONNX fp32/fp16/int8, TensorRT engines), writes Triton model repositories,
-publishes them, and verifies every artifact against the fp32 reference.`,
+		Long: `kiln converts ONNX models into optimized variants (ONNX fp32/fp16/int8,
+TensorRT engines built by trtexec), calibrates INT8 on real data and measures
+what it costs in accuracy, and writes Triton model repositories whose configs
+are checked with Triton's own rules.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
