@@ -40,9 +40,13 @@ test: ort ## run every test (fetches what it needs first)
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) test -count=1 ./...
 
-demo: ort build ## inspect and run the model kiln ships in testdata/
-	$(KILN) inspect testdata/tinynet.onnx
+demo: ort build ## the main job on the model kiln ships: inspect, calibrate, convert, lint (output in .cache/demo)
 	$(KILN) inspect --run testdata/tinynet.onnx
+	$(GO) run ./internal/testmodels/gen -images .cache/demo/images -n 64
+	$(KILN) calibrate testdata/tinynet.onnx --data .cache/demo/images --preprocess scale=0.00392157 -o .cache/demo/calib --progress plain
+	$(KILN) convert testdata/tinynet.onnx -o .cache/demo/repo --precision fp32,fp16,int8 --runtime onnx,trt --max-batch 8 \
+	    --calib-dir .cache/demo/calib --labels testdata/tinynet_labels.txt --skip-unavailable --progress plain
+	$(KILN) pbtxt lint .cache/demo/repo
 
 bench: ort ## run the benchmarks recorded in BENCHMARKS.md
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./onnx/ ./ort/ ./pbtxt/ ./calibrate/ ./convert/

@@ -152,7 +152,7 @@ func plainLine(e progress.Event, last map[string]int64) (string, bool) {
 			return "", false
 		}
 		last[e.Task] = tenth
-		return fmt.Sprintf("%s: %s (%d%%) %s", e.Task, count, tenth*10, took), true
+		return fmt.Sprintf("%s: %s (%d%%) %s", e.Task, count, e.Done*100/e.Total, took), true
 	case progress.Finished:
 		delete(last, e.Task)
 		return fmt.Sprintf("%s: finished, %s in %s", e.Task, count, took), true

@@ -23,7 +23,7 @@ func TestPlainProgress(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	want := []string{
 		"calibrate m: started (0/200 samples)",
-		"calibrate m: 22/200 samples (10%) 1s",
+		"calibrate m: 22/200 samples (11%) 1s",
 	}
 	if len(lines) != 12 || lines[0] != want[0] || lines[1] != want[1] {
 		t.Fatalf("plain progress = %d lines %q, want 12 lines starting %q", len(lines), lines, want)
