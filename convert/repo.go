@@ -304,7 +304,7 @@ func (b *builder) fail(row Row, start time.Time, err error) Row {
 	row.Status, row.Err = "failed", fmt.Errorf("variant %s: %w", row.Variant.ID(), err)
 	row.Detail = err.Error()
 	row.Duration = time.Since(start)
-	b.log.Error("variant failed", "variant", row.Variant.ID(), "err", err)
+	b.log.Info("variant failed", "variant", row.Variant.ID(), "err", err) // the result table and exit status report it
 	return row
 }
 
@@ -387,7 +387,7 @@ func (b *builder) write(v manifest.Variant, model string, a *artifact) (*manifes
 	}
 	cfg, err := pbtxt.Generate(b.sig, opts)
 	if err != nil {
-		return nil, fmt.Errorf("config for %s: %w", model, err)
+		return nil, err // pbtxt names the model and the field
 	}
 	if err := pbtxt.WriteModel(b.o.Repo, pbtxt.WriteSpec{Config: cfg, Version: 1, ModelPath: a.path, Labels: b.o.Labels, VersionFiles: a.extra}); err != nil {
 		return nil, err
