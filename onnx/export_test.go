@@ -6,3 +6,10 @@ func SetBigRaw(n int) (restore func()) {
 	bigRaw = n
 	return func() { bigRaw = old }
 }
+
+// SetMaxProto lowers the 2 GiB limit so tests can hit it with small models.
+func SetMaxProto(n int64) (restore func()) {
+	old := maxProto
+	maxProto = n
+	return func() { maxProto = old }
+}

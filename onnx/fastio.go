@@ -24,6 +24,15 @@ import (
 // Field numbers used: ModelProto.graph = 7, GraphProto.initializer = 5,
 // TensorProto.raw_data = 9.
 
+// maxProto is the largest message protobuf readers (ONNX Runtime, the onnx
+// package, TensorRT's parser) accept: 2 GiB - 1. A var so tests can lower it.
+var maxProto int64 = 1<<31 - 1
+
+// ErrTooLarge is returned by Save for a model whose weights do not fit in
+// one protobuf message; such models need external data files, which Save
+// does not write yet.
+var ErrTooLarge = errors.New("model is larger than the 2 GiB protobuf limit and would need external data files, which kiln does not write yet")
+
 var bigRaw = 64 << 10 // raw_data blocks at least this large are handled outside protobuf (a var so tests can lower it)
 
 // unmarshalModel decodes data into a ModelProto. Big raw_data fields alias
@@ -159,6 +168,9 @@ func writeModel(w io.Writer, mp *onnxpb.ModelProto) error {
 		if err != nil {
 			return err
 		}
+		if int64(len(b)) > maxProto {
+			return fmt.Errorf("%w: the model would be %d bytes", ErrTooLarge, len(b))
+		}
 		_, err = w.Write(b)
 		return err
 	}
@@ -205,6 +217,9 @@ func writeModel(w io.Writer, mp *onnxpb.ModelProto) error {
 			tlen += protowire.SizeTag(9) + protowire.SizeBytes(len(raw))
 		}
 		graphLen += protowire.SizeTag(5) + protowire.SizeBytes(tlen)
+	}
+	if total := int64(len(head)) + int64(protowire.SizeTag(7)+protowire.SizeBytes(graphLen)); total > maxProto {
+		return fmt.Errorf("%w: the model would be %d bytes", ErrTooLarge, total)
 	}
 	buf := append([]byte(nil), head...)
 	buf = protowire.AppendTag(buf, 7, protowire.BytesType)

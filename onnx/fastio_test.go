@@ -2,8 +2,10 @@ package onnx_test
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kiln-ml/kiln/internal/testmodels"
@@ -45,5 +47,29 @@ func TestFastPathMatchesProtobuf(t *testing.T) {
 			t.Errorf("threshold %d: Save is not byte-stable", threshold)
 		}
 		restore()
+	}
+}
+
+// A model over the protobuf limit is refused with ErrTooLarge, on both the
+// streaming and the plain path, and the destination is left untouched.
+func TestSaveTooLarge(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.onnx")
+	os.WriteFile(path, []byte("previous"), 0o644)
+	for _, threshold := range []int{1, 1 << 30} { // streaming, then plain marshal
+		restoreRaw := onnx.SetBigRaw(threshold)
+		restoreMax := onnx.SetMaxProto(10_000)
+		err := (&onnx.Model{Proto: testmodels.TinyNet(1)}).Save(path)
+		restoreMax()
+		restoreRaw()
+		if !errors.Is(err, onnx.ErrTooLarge) || !strings.Contains(err.Error(), "m.onnx") {
+			t.Errorf("Save over the limit (threshold %d) = %v, want ErrTooLarge naming the file", threshold, err)
+		}
+		if b, _ := os.ReadFile(path); string(b) != "previous" {
+			t.Errorf("a refused Save changed the destination")
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+			t.Errorf("a refused Save left %d files", len(entries))
+		}
 	}
 }
