@@ -45,11 +45,9 @@ func (b *builder) planArtifact(ctx context.Context, v manifest.Variant, model st
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	src := filepath.Join(b.work, "fp32.onnx")
-	if _, err := os.Stat(src); err != nil {
-		if err := b.model.Save(src); err != nil {
-			return nil, err
-		}
+	_, src, err := b.fp32Model()
+	if err != nil {
+		return nil, err
 	}
 	spec := BuildSpec{
 		ONNX: src, Plan: filepath.Join(dir, "model.plan"), Precision: Precision(v.Precision),
@@ -75,7 +73,7 @@ func (b *builder) planArtifact(ctx context.Context, v manifest.Variant, model st
 	switch v.Precision {
 	case manifest.FP16:
 		if ver.Major >= 11 {
-			if spec.ONNX, err = b.fp16Model(); err != nil {
+			if _, spec.ONNX, err = b.fp16Model(); err != nil {
 				return nil, err
 			}
 			spec.ONNXIsFP16 = true

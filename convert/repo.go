@@ -77,6 +77,9 @@ type Options struct {
 	Config pbtxt.GenerateOptions
 	// Labels are label files to place next to each config (name -> content).
 	Labels map[string][]byte
+	// ExternalOver is the weight size above which ONNX variants are written
+	// with an external data file (0: 1 GiB; negative: never).
+	ExternalOver int64
 	// Force rebuilds variants even when the repository already holds them.
 	Force bool
 	// ToolVersion is kiln's version, part of the cache key.
@@ -200,7 +203,8 @@ type builder struct {
 	src   manifest.Digest
 	work  string
 	man   *manifest.Manifest
-	fp16  string // path of the fp16 rewrite, once made
+	fp32  saved // the source as written for the variants, once made
+	fp16  saved // the fp16 rewrite, once made
 	trtV  *TRTVersion
 }
 
@@ -323,16 +327,17 @@ func (b *builder) onnxArtifact(v manifest.Variant) (*artifact, error) {
 	a := &artifact{platform: pbtxt.PlatformONNX, status: "ok", build: &manifest.Build{Tool: "kiln", ToolVersion: b.o.ToolVersion, Inputs: []manifest.Digest{b.src}}}
 	switch v.Precision {
 	case manifest.FP32:
-		a.path = filepath.Join(b.work, "fp32.onnx")
-		if err := b.model.Save(a.path); err != nil {
-			return nil, err
-		}
-	case manifest.FP16:
-		p, err := b.fp16Model()
+		art, _, err := b.fp32Model()
 		if err != nil {
 			return nil, err
 		}
-		a.path = p
+		a.path = art
+	case manifest.FP16:
+		art, _, err := b.fp16Model()
+		if err != nil {
+			return nil, err
+		}
+		a.path = art
 	case manifest.INT8:
 		if b.o.Int8.QDQModel == "" {
 			return nil, errors.New("the ONNX int8 variant is the Q/DQ model from `kiln calibrate`; pass --calib-dir")
@@ -356,24 +361,62 @@ func (b *builder) calibration() *manifest.Calibration {
 	return &manifest.Calibration{Method: i.Method, Samples: i.Samples, Dataset: i.Dataset, Cosine: i.Cosine, Top1Agreement: i.Top1}
 }
 
+// saved is a model written for the variants: art is what goes into the
+// version directory (a file, or a directory holding model.onnx and its
+// external data), file is the .onnx file itself (what trtexec reads).
+type saved struct{ art, file string }
+
+// fp32Model writes the source model once for every variant that needs it.
+func (b *builder) fp32Model() (art, file string, err error) {
+	if b.fp32.file == "" {
+		if b.fp32, err = b.save(b.model, "fp32"); err != nil {
+			return "", "", err
+		}
+	}
+	return b.fp32.art, b.fp32.file, nil
+}
+
 // fp16Model rewrites the source once and reuses the file for every variant.
-func (b *builder) fp16Model() (string, error) {
-	if b.fp16 != "" {
-		return b.fp16, nil
+func (b *builder) fp16Model() (art, file string, err error) {
+	if b.fp16.file != "" {
+		return b.fp16.art, b.fp16.file, nil
 	}
 	out, rep, err := ToFP16(b.model, b.o.FP16)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	for _, c := range rep.Clamped {
 		b.log.Warn("fp16 rewrite clamped values", "tensor", c.Tensor, "clamped", c.Clamped, "flushed", c.Flushed)
 	}
-	p := filepath.Join(b.work, "fp16.onnx")
-	if err := out.Save(p); err != nil {
-		return "", err
+	if b.fp16, err = b.save(out, "fp16"); err != nil {
+		return "", "", err
 	}
-	b.fp16 = p
-	return p, nil
+	return b.fp16.art, b.fp16.file, nil
+}
+
+// save writes a variant's model into the work directory. Models whose
+// weights exceed ExternalOver (default 1 GiB; the protobuf limit is 2 GiB)
+// are written as a directory holding model.onnx and model.onnx.data, the
+// layout Triton's ONNX Runtime backend loads when model.onnx is a directory.
+func (b *builder) save(m *onnx.Model, stem string) (saved, error) {
+	limit := b.o.ExternalOver
+	if limit == 0 {
+		limit = 1 << 30
+	}
+	var total int64
+	for _, p := range m.Params() {
+		total += p.Bytes
+	}
+	if limit < 0 || total <= limit {
+		p := filepath.Join(b.work, stem+".onnx")
+		return saved{p, p}, m.Save(p)
+	}
+	dir := filepath.Join(b.work, stem)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return saved{}, err
+	}
+	p := filepath.Join(dir, "model.onnx")
+	return saved{dir, p}, m.SaveWith(p, onnx.SaveOptions{ExternalData: "model.onnx.data"})
 }
 
 // write places the artifact and its config in the repository and returns its record.
@@ -413,7 +456,7 @@ func tensors(ts []pbtxt.TensorSig) []manifest.Tensor {
 // cacheKey digests everything a variant's artifact depends on.
 func (b *builder) cacheKey(ctx context.Context, v manifest.Variant) (manifest.Digest, error) {
 	parts := map[string]any{
-		"source": b.src, "variant": v.ID(), "tool": b.o.ToolVersion, "config": b.o.Config, "labels": b.o.Labels,
+		"source": b.src, "variant": v.ID(), "tool": b.o.ToolVersion, "config": b.o.Config, "labels": b.o.Labels, "external": b.o.ExternalOver,
 	}
 	if v.Precision == manifest.FP16 {
 		parts["fp16"] = b.o.FP16

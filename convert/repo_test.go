@@ -266,3 +266,33 @@ func TestRunRefusesTargetMismatch(t *testing.T) {
 		t.Errorf("a refused variant left a model directory (stat err %v)", err)
 	}
 }
+
+// Models over the external-data threshold are laid out as Triton's ONNX
+// Runtime backend expects: <version>/model.onnx/ holding model.onnx and its
+// data file; the repository still lints and the model still loads.
+func TestRunExternalDataLayout(t *testing.T) {
+	repo := t.TempDir()
+	opts := Options{Source: tinynet, Repo: repo, ToolVersion: "test", ExternalOver: 1, FP16: FP16Options{KeepIOTypes: true},
+		Variants: variants(t, "onnx-fp32", "onnx-fp16")}
+	res, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Rows {
+		if r.Status != "built" {
+			t.Fatalf("%s = %s %s", r.Model, r.Status, r.Detail)
+		}
+		dir := filepath.Join(repo, r.Model, "1", "model.onnx")
+		for _, f := range []string{"model.onnx", "model.onnx.data"} {
+			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+				t.Errorf("%s: %v", r.Model, err)
+			}
+		}
+		if _, err := onnx.Load(filepath.Join(dir, "model.onnx")); err != nil {
+			t.Errorf("loading %s with its external data: %v", r.Model, err)
+		}
+	}
+	if probs, err := pbtxt.LintRepository(repo, pbtxt.LintOptions{}); err != nil || probs.HasErrors() {
+		t.Errorf("LintRepository = %v, %v", probs, err)
+	}
+}
