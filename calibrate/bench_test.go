@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"math/rand/v2"
@@ -125,7 +126,9 @@ func BenchmarkCalibrate(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			aug, err := Augment(m, names)
+			// The augmented model as Collect runs it, without the
+			// tensors it derives from others.
+			aug, err := Augment(m, derive(m, names).fetched(names))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -253,6 +256,27 @@ func BenchmarkAddFast(b *testing.B) {
 	b.SetBytes(int64(4 * len(v)))
 	for b.Loop() {
 		if err := h.addFast(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(v)), "ns/value")
+}
+
+// BenchmarkAddFastRelu is BenchmarkAddFast for a tensor and the ReLU of it
+// that Collect derives from it in the same pass.
+func BenchmarkAddFastRelu(b *testing.B) {
+	v := gaussian(benchBatch*64*28*28, 1, 1)
+	rv := make([]float32, len(v))
+	for i, x := range v {
+		rv[i] = reluOf(x)
+	}
+	h, r := NewHistogram(), NewHistogram()
+	if err := errors.Join(h.Add(v), r.Add(rv)); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(4 * len(v)))
+	for b.Loop() {
+		if err := addFastRelu(h, r, v); err != nil {
 			b.Fatal(err)
 		}
 	}

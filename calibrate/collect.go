@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -116,6 +117,9 @@ type Stats struct {
 	Seen    map[string]int
 	// IDs are the samples' IDs in the order they ran.
 	IDs []string
+
+	// d says which tensors are derived from others, not fetched.
+	d derivation
 }
 
 // CollectOptions configure Collect.
@@ -132,7 +136,9 @@ type CollectOptions struct {
 
 // Collect runs batches through the model with every observed tensor (see
 // Observed) as an extra output and keeps, per tensor, the running min/max and
-// a histogram of |x|. Work is pipelined: reading a batch, running ONNX
+// a histogram of |x|. Tensors whose statistics follow exactly from another
+// tensor's values (a ReLU output, a reshaped copy; see derive) are not
+// fetched but derived. Work is pipelined: reading a batch, running ONNX
 // Runtime and adding to the histograms overlap, and the activations of at
 // most two batches are held at once, in memory that is reused from batch to
 // batch, so memory does not grow with the number of samples.
@@ -142,7 +148,8 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 	if err != nil {
 		return nil, err
 	}
-	aug, err := Augment(m, names)
+	d := derive(m, names)
+	aug, err := Augment(m, d.fetched(names))
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +163,7 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 	}
 	defer sess.Close()
 
-	st := &Stats{Hist: map[string]*Histogram{}, Seen: map[string]int{}}
+	st := &Stats{Hist: map[string]*Histogram{}, Seen: map[string]int{}, d: d}
 	for _, n := range names {
 		st.Hist[n] = NewHistogram()
 	}
@@ -222,7 +229,7 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 	first := true
 	for r := range ran {
 		if first {
-			st.Tensors = keepFloat(names, r.outs)
+			st.Tensors = keepFloat(names, r.outs, d)
 			if len(st.Tensors) == 0 {
 				cancel(ErrNoFloatTensors)
 				break
@@ -254,6 +261,7 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 	if st.Samples == 0 {
 		return nil, dataset.ErrNoSamples
 	}
+	st.finish()
 	for n := range st.Hist {
 		if st.Seen[n] == 0 {
 			delete(st.Hist, n)
@@ -263,11 +271,12 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 }
 
 // keepFloat drops the observed tensors that ONNX Runtime returned with
-// another element type than float32.
-func keepFloat(names []string, outs map[string]*onnx.Tensor) []string {
+// another element type than float32. A tensor d derives goes with the
+// tensor it is derived from.
+func keepFloat(names []string, outs map[string]*onnx.Tensor, d derivation) []string {
 	var keep []string
 	for _, n := range names {
-		if t, ok := outs[n]; ok && t.Type == onnx.Float {
+		if t, ok := outs[d.source(n)]; ok && t.Type == onnx.Float {
 			keep = append(keep, n)
 		}
 	}
@@ -292,10 +301,16 @@ func (st *Stats) add(ids []string, outs map[string]*onnx.Tensor, workers int) er
 				name := st.Tensors[i]
 				t := outs[name]
 				if t == nil {
-					continue
+					continue // derived (see finish) or not produced
 				}
 				v, _ := t.Data.([]float32)
-				if err := st.Hist[name].addFast(v); err != nil {
+				var err error
+				if out, ok := st.d.relu[name]; ok {
+					err = addFastRelu(st.Hist[name], st.Hist[out], v)
+				} else {
+					err = st.Hist[name].addFast(v)
+				}
+				if err != nil {
 					var nf *NonFiniteError
 					sample := idRange(ids)
 					if errors.As(err, &nf) && len(ids) > 0 && len(v) > 0 {
@@ -320,11 +335,30 @@ func (st *Stats) add(ids []string, outs map[string]*onnx.Tensor, workers int) er
 	for _, name := range st.Tensors {
 		if outs[name] != nil {
 			st.Seen[name] += len(ids)
+			if out, ok := st.d.relu[name]; ok {
+				st.Seen[out] += len(ids)
+			}
 		}
 	}
 	st.Samples += len(ids)
 	st.IDs = append(st.IDs, ids...)
 	return nil
+}
+
+// finish gives each tensor that hands on another's values in the same
+// order (see derivation.alias) a copy of that tensor's statistics: the
+// same values in the same order make the same histogram, min and max.
+func (st *Stats) finish() {
+	for _, name := range st.Tensors {
+		root, ok := st.d.alias[name]
+		if !ok {
+			continue
+		}
+		h := *st.Hist[root]
+		h.counts = slices.Clone(h.counts)
+		st.Hist[name] = &h
+		st.Seen[name] = st.Seen[root]
+	}
 }
 
 // idRange names the samples of a batch for errors.

@@ -1,0 +1,208 @@
+package calibrate
+
+import (
+	"math"
+
+	"github.com/kiln-ml/kiln/onnx"
+)
+
+// deriveTensors turns on deriving tensors from others in Collect (see
+// derive); tests turn it off to compare with fetching them.
+var deriveTensors = true
+
+// derivation says which observed tensors Collect derives from others
+// instead of fetching them from ONNX Runtime.
+type derivation struct {
+	// relu maps a fetched tensor to the output of a Relu reading it,
+	// whose statistics are added from the same pass over its values: a
+	// ReLU output is as large as its input, so that halves the memory
+	// and the passes over the pair.
+	relu map[string]string
+	// alias maps the output of an operator that hands on its input's
+	// values in the same order (Identity, Reshape, Flatten, Squeeze,
+	// Unsqueeze, inference Dropout) to the tensor that first held them;
+	// the output's statistics are a copy of that tensor's.
+	alias map[string]string
+	// reluOf maps a derived ReLU output back to its input.
+	reluOf map[string]string
+}
+
+// derive finds the derivable tensors among names. Outputs that are graph
+// outputs of the model are left to be fetched (ONNX Runtime returns them
+// anyway), as is a second Relu of the same values.
+func derive(m *onnx.Model, names []string) derivation {
+	d := derivation{relu: map[string]string{}, alias: map[string]string{}, reluOf: map[string]string{}}
+	if !deriveTensors {
+		return d
+	}
+	g := m.Graph()
+	observed := map[string]bool{}
+	for _, n := range names {
+		observed[n] = true
+	}
+	graphOut := map[string]bool{}
+	for _, o := range g.GetOutput() {
+		graphOut[o.GetName()] = true
+	}
+	nodes, err := onnx.TopoSort(g)
+	if err != nil {
+		return d
+	}
+	derived := map[string]bool{}
+	for _, n := range nodes {
+		ins, outs := n.GetInput(), n.GetOutput()
+		if n.GetDomain() != "" || len(ins) == 0 || len(outs) == 0 {
+			continue
+		}
+		in, out := ins[0], outs[0]
+		if !observed[in] || !observed[out] || graphOut[out] || derived[out] || in == out {
+			continue
+		}
+		if root, ok := d.alias[in]; ok {
+			in = root
+		}
+		switch n.GetOpType() {
+		case "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze":
+		case "Dropout":
+			if len(ins) > 2 && ins[2] != "" {
+				continue // training_mode may be on
+			}
+		case "Relu":
+			if derived[in] || d.relu[in] != "" {
+				continue // its values are not fetched, or taken
+			}
+			d.relu[in] = out
+			d.reluOf[out] = in
+			derived[out] = true
+			continue
+		default:
+			continue
+		}
+		d.alias[out] = in
+		derived[out] = true
+	}
+	return d
+}
+
+// fetched is names less the tensors d derives: the tensors Collect fetches
+// from ONNX Runtime.
+func (d derivation) fetched(names []string) []string {
+	var fetch []string
+	for _, n := range names {
+		if !d.derived(n) {
+			fetch = append(fetch, n)
+		}
+	}
+	return fetch
+}
+
+// derived tells whether d derives name.
+func (d derivation) derived(name string) bool {
+	_, alias := d.alias[name]
+	_, relu := d.reluOf[name]
+	return alias || relu
+}
+
+// source is the fetched tensor name's values come from.
+func (d derivation) source(name string) string {
+	if root, ok := d.alias[name]; ok {
+		name = root
+	}
+	if in, ok := d.reluOf[name]; ok {
+		return in
+	}
+	return name
+}
+
+// addFastRelu adds values to h as addFast does and their ReLU to r as
+// r.addFast would, in one pass over values. ONNX Runtime's ReLU turns a
+// negative value into 0 and keeps -0 (and NaN, which h rejects first).
+// Either histogram needing its first width or more bins, or a NaN or an
+// infinity, sends the batch to Add for both; the error is h's.
+func addFastRelu(h, r *Histogram, values []float32) error {
+	if h.width == 0 || r.width == 0 || len(values) == 0 {
+		return addRelu(h, r, values)
+	}
+	inv, rinv := 1/h.width, 1/r.width
+	hc, rc := h.counts, r.counts
+	last, rlast := uint(len(hc)-1), uint(len(rc)-1)
+	bmin, bmax := values[0], values[0]
+	for i, v := range values {
+		if v != v {
+			h.undo(values[:i])
+			r.undoRelu(values[:i])
+			return addRelu(h, r, values)
+		}
+		if v < bmin {
+			bmin = v
+		}
+		if v > bmax {
+			bmax = v
+		}
+		k := uint(int(math.Abs(float64(v)) * inv))
+		if k > last {
+			k = last
+		}
+		hc[k]++
+		// A negative v truncates to a k <= 0, which is ReLU's bin 0.
+		kr := int(float64(v) * rinv)
+		kr &^= kr >> 63 // 0 when negative, without a branch to mispredict
+		if uint(kr) > rlast {
+			kr = int(rlast)
+		}
+		rc[kr]++
+	}
+	// The ReLU's max is the max when positive; when all are <= 0 it is
+	// ReLU's first value (Add keeps the first of equal zeros). Its min
+	// is the min when positive, else ReLU of the first value <= 0.
+	rmin, rmax := bmin, bmax
+	if bmax <= 0 {
+		rmax = reluOf(values[0])
+	}
+	if bmin <= 0 {
+		for _, v := range values {
+			if v <= 0 {
+				rmin = reluOf(v)
+				break
+			}
+		}
+	}
+	if math.Max(-float64(bmin), float64(bmax)) > h.Top() || float64(rmax) > r.Top() {
+		h.undo(values)
+		r.undoRelu(values)
+		return addRelu(h, r, values)
+	}
+	h.observe(uint64(len(values)), float64(bmin), float64(bmax))
+	r.observe(uint64(len(values)), float64(rmin), float64(rmax))
+	return nil
+}
+
+// reluOf is ONNX Runtime's ReLU of a finite v: 0 for a negative v, v (-0
+// included) otherwise.
+func reluOf(v float32) float32 {
+	if v < 0 {
+		return 0
+	}
+	return v
+}
+
+// addRelu adds values to h and their ReLU to r with Add.
+func addRelu(h, r *Histogram, values []float32) error {
+	if err := h.Add(values); err != nil {
+		return err
+	}
+	rv := make([]float32, len(values))
+	for i, v := range values {
+		rv[i] = reluOf(v)
+	}
+	return r.Add(rv)
+}
+
+// undoRelu takes the ReLU of values that addFastRelu counted back out of r.
+func (r *Histogram) undoRelu(values []float32) {
+	inv := 1 / r.width
+	last := uint(len(r.counts) - 1)
+	for _, v := range values {
+		r.counts[min(uint(max(int(float64(v)*inv), 0)), last)]--
+	}
+}

@@ -1,0 +1,217 @@
+package calibrate
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/kiln-ml/kiln/dataset"
+	"github.com/kiln-ml/kiln/internal/testmodels"
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
+)
+
+// sameHist reports how got differs from want, bit for bit, or "".
+func sameHist(want, got *Histogram) string {
+	switch {
+	case want.Count() != got.Count():
+		return "count"
+	case math.Float64bits(want.Min()) != math.Float64bits(got.Min()):
+		return "min"
+	case math.Float64bits(want.Max()) != math.Float64bits(got.Max()):
+		return "max"
+	case math.Float64bits(want.BinWidth()) != math.Float64bits(got.BinWidth()):
+		return "bin width"
+	case !slices.Equal(want.Counts(), got.Counts()):
+		return "counts"
+	case want.zeros != got.zeros:
+		return "zeros"
+	}
+	return ""
+}
+
+// TestAddFastRelu: adding a batch to a histogram and its ReLU to another in
+// one pass leaves both exactly as Add leaves them given the batch and
+// ONNX Runtime's ReLU of it, through first widths, growth, signed zeros and
+// non-finite values.
+func TestAddFastRelu(t *testing.T) {
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	nz := float32(math.Copysign(0, -1))
+	rng := rand.New(rand.NewPCG(3, 4))
+	random := func(n int, mean, scale float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(mean + rng.NormFloat64()*scale)
+		}
+		return v
+	}
+	tests := []struct {
+		name    string
+		batches [][]float32
+	}{
+		{"random", [][]float32{random(5000, 0, 1), random(5000, 0, 1), random(5000, 0.5, 3), random(5000, -1, 1)}},
+		{"negatives dominate", [][]float32{{-8, 1, 0.5}, {-2, 2, 0.25}, {-100, 0.1}}},
+		{"all negative first", [][]float32{{-1, -2}, {-3, nz}, {1, -5}, {2, 0.5}}},
+		{"all negative later", [][]float32{{1, -1}, {-1, -2}, {-2, nz}, {nz, -2}, {0, -1}, {-1, 0, nz}}},
+		{"all zero", [][]float32{{0, nz}, {nz, 0}, {0}}},
+		{"signed zeros", [][]float32{{1, -1}, {nz, 0, 0.5}, {-1, nz, 2}, {0.5, nz, -3, 0}, {nz, -1}}},
+		{"top edge", [][]float32{{-4, 4, 2}, {4, -4, 4, 0.5}}},
+		{"positive only", [][]float32{{1, 2}, {3, 0.5}, {2.5}}},
+		{"nan", [][]float32{{1, -2}, {0.5, nan, 1}, {0.25}}},
+		{"inf", [][]float32{{1, -2}, {0.5, -inf}, {inf, 1}, {2}}},
+		{"empty", [][]float32{{}, {1, -1}, {}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			wantH, wantR := NewHistogram(), NewHistogram()
+			gotH, gotR := NewHistogram(), NewHistogram()
+			for i, v := range tc.batches {
+				rv := make([]float32, len(v))
+				for j, x := range v {
+					if rv[j] = x; x < 0 {
+						rv[j] = 0 // ONNX Runtime's ReLU keeps -0
+					}
+				}
+				errWant := wantH.addFast(v)
+				if errWant == nil {
+					errWant = wantR.addFast(rv)
+				}
+				errGot := addFastRelu(gotH, gotR, v)
+				var nfWant, nfGot *NonFiniteError
+				if errors.As(errWant, &nfWant) != errors.As(errGot, &nfGot) || nfWant != nil && nfWant.Index != nfGot.Index {
+					t.Fatalf("batch %d: addFastRelu = %v, want %v", i, errGot, errWant)
+				}
+			}
+			if d := sameHist(wantH, gotH); d != "" {
+				t.Errorf("input histogram: %s differs", d)
+			}
+			if d := sameHist(wantR, gotR); d != "" {
+				t.Errorf("ReLU histogram: %s differs (min %v max %v, want %v %v)", d, gotR.Min(), gotR.Max(), wantR.Min(), wantR.Max())
+			}
+		})
+	}
+}
+
+// aliasModel hands a convolution's output on through every operator
+// derive copies statistics for, with ReLUs of the original and of a copy.
+func aliasModel() *onnxpb.ModelProto {
+	b := testmodels.NewBuilder("aliases", 1)
+	x := b.Input("images", onnx.Float, "N", 3, 8, 8)
+	c := b.Node("Conv", []string{x, b.He("w", 27, 4, 3, 3, 3), b.RandNormal("b", 0.1, 4)}, testmodels.Ints("kernel_shape", 3, 3), testmodels.Ints("pads", 1, 1, 1, 1))
+	a := b.Node("Identity", []string{c})
+	a = b.Node("Flatten", []string{a}, testmodels.Int("axis", 1))
+	r := b.Node("Relu", []string{a})
+	a = b.Node("Dropout", []string{r})
+	a = b.Node("Reshape", []string{a, b.Init("shape", []int64{4}, []int64{-1, 4, 8, 8})})
+	a = b.Node("Add", []string{a, b.Node("Relu", []string{c})})
+	b.Rename("out")
+	b.Output("out", onnx.Float, "N", 4, 8, 8)
+	return b.Model(13, 7)
+}
+
+// TestCollectDerived: statistics of tensors derived from others (ReLU
+// outputs, reshaped copies) are bit for bit those of the tensors fetched
+// from ONNX Runtime, on real models and data, and a NaN still names the
+// tensor and sample.
+func TestCollectDerived(t *testing.T) {
+	initORT(t)
+	tests := []struct {
+		name  string
+		proto *onnxpb.ModelProto
+		dims  []int64
+		n     int
+	}{
+		{"classifier", testmodels.Classifier(1), []int64{3, 32, 32}, 96},
+		{"resnetish", testmodels.ResNetish(16, 1), []int64{3, testmodels.ResNetishSize, testmodels.ResNetishSize}, 40},
+		{"aliases", aliasModel(), []int64{3, 8, 8}, 64},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &onnx.Model{Proto: tc.proto}
+			names, err := Observed(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := derive(m, names); len(d.relu) == 0 || tc.name == "aliases" && len(d.alias) != 4 {
+				t.Fatalf("derive = %d ReLUs, aliases %v; want the model's", len(d.relu), d.alias)
+			}
+			// Batches of different scales make later batches grow
+			// the histograms.
+			var batches []*dataset.Batch
+			for i, scale := range []float32{0.5, 1, 3, 1} {
+				src := memSource{input: "images", dims: tc.dims, seed: uint64(i + 1), n: tc.n / 4}
+				for _, b := range batchesOf(t, src, m.Inputs()) {
+					for _, x := range b.Tensors {
+						for j := range x.Data.([]float32) {
+							x.Data.([]float32)[j] *= scale
+						}
+					}
+					batches = append(batches, b)
+				}
+			}
+			collect := func(derive bool) *Stats {
+				deriveTensors = derive
+				defer func() { deriveTensors = true }()
+				st, err := Collect(context.Background(), m, replay(batches), CollectOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return st
+			}
+			want, got := collect(false), collect(true)
+			if !slices.Equal(want.Tensors, got.Tensors) || !slices.Equal(want.IDs, got.IDs) || want.Samples != got.Samples {
+				t.Fatalf("Collect derived: tensors %v, samples %d, want %v, %d", got.Tensors, got.Samples, want.Tensors, want.Samples)
+			}
+			for _, n := range want.Tensors {
+				if want.Seen[n] != got.Seen[n] {
+					t.Errorf("tensor %s: seen %d, want %d", n, got.Seen[n], want.Seen[n])
+				}
+				if d := sameHist(want.Hist[n], got.Hist[n]); d != "" {
+					t.Errorf("tensor %s: %s differs", n, d)
+				}
+			}
+			rw, err := want.Ranges(Entropy, MethodOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rg, err := got.Ranges(Entropy, MethodOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range rw.Tensors {
+				if rw.Tensors[i] != rg.Tensors[i] {
+					t.Errorf("range %d = %+v, want %+v", i, rg.Tensors[i], rw.Tensors[i])
+				}
+			}
+
+			// A NaN in one sample's input.
+			nanBatch := *batches[1]
+			nanBatch.Tensors = map[string]*onnx.Tensor{}
+			for k, x := range batches[1].Tensors {
+				c := *x
+				v := slices.Clone(x.Data.([]float32))
+				v[len(v)/2+7] = float32(math.NaN())
+				c.Data = v
+				nanBatch.Tensors[k] = &c
+			}
+			withNaN := []*dataset.Batch{batches[0], &nanBatch, batches[2]}
+			errOf := func(derive bool) *ActivationError {
+				deriveTensors = derive
+				defer func() { deriveTensors = true }()
+				_, err := Collect(context.Background(), m, replay(withNaN), CollectOptions{})
+				var ae *ActivationError
+				if !errors.As(err, &ae) {
+					t.Fatalf("Collect with a NaN = %v, want an *ActivationError", err)
+				}
+				return ae
+			}
+			ew, eg := errOf(false), errOf(true)
+			if ew.Tensor != eg.Tensor || ew.Sample != eg.Sample {
+				t.Errorf("Collect with a NaN, derived: tensor %q sample %s, want %q %s", eg.Tensor, eg.Sample, ew.Tensor, ew.Sample)
+			}
+		})
+	}
+}
