@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -107,38 +108,10 @@ func (m *Model) Save(path string) error {
 }
 
 // WriteFileAtomic writes data to a temporary file next to path, syncs it and
-// renames it over path.
+// renames it over path (manifest.WriteFileAtomic, here for callers that
+// only deal with models).
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Chmod(perm); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	ok = true
-	return nil
+	return manifest.WriteFileAtomic(path, data, perm)
 }
 
 // Tensors calls fn for every TensorProto stored in the model: initializers,

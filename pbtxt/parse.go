@@ -222,36 +222,32 @@ func (p *parser) value(m protoreflect.Message, fd protoreflect.FieldDescriptor) 
 
 // messageValue parses '{' fields '}' or '<' fields '>'.
 func (p *parser) messageValue(m protoreflect.Message, fd protoreflect.FieldDescriptor) error {
-	open := p.tok
-	var end string
-	switch {
-	case p.isSym("{"):
-		end = "}"
-	case p.isSym("<"):
-		end = ">"
-	default:
-		return p.errorf(p.tok.off, "expected '{' to start the value of %q, found %s", fd.Name(), p.tok.describe())
-	}
-	if err := p.advance(); err != nil {
+	open, end, err := p.openBrace(fmt.Sprintf("the value of %q", fd.Name()))
+	if err != nil {
 		return err
 	}
 	return p.message(m, end, open)
 }
 
-// mapEntry parses one `{ key: K value: V }` entry; a later key replaces an
-// earlier one, as in protobuf's own parsers.
-func (p *parser) mapEntry(mp protoreflect.Map, fd protoreflect.FieldDescriptor) error {
-	open := p.tok
-	var end string
+// openBrace consumes '{' or '<' and returns it with the closing symbol it needs.
+func (p *parser) openBrace(what string) (open token, end string, err error) {
+	open = p.tok
 	switch {
 	case p.isSym("{"):
 		end = "}"
 	case p.isSym("<"):
 		end = ">"
 	default:
-		return p.errorf(p.tok.off, "expected '{' to start an entry of map %q, found %s", fd.Name(), p.tok.describe())
+		return open, "", p.errorf(p.tok.off, "expected '{' to start %s, found %s", what, p.tok.describe())
 	}
-	if err := p.advance(); err != nil {
+	return open, end, p.advance()
+}
+
+// mapEntry parses one `{ key: K value: V }` entry; a later key replaces an
+// earlier one, as in protobuf's own parsers.
+func (p *parser) mapEntry(mp protoreflect.Map, fd protoreflect.FieldDescriptor) error {
+	open, end, err := p.openBrace(fmt.Sprintf("an entry of map %q", fd.Name()))
+	if err != nil {
 		return err
 	}
 	kd, vd := fd.MapKey(), fd.MapValue()
