@@ -3,46 +3,18 @@ package convert
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kiln-ml/kiln/internal/testutil"
 )
 
-// The -update flag rewrites golden files. Another test file of the package
-// may define it too, so it is registered only when missing.
-func init() {
-	if flag.Lookup("update") == nil {
-		flag.Bool("update", false, "rewrite golden files under testdata/")
-	}
-}
-
-func updatingGolden() bool {
-	f := flag.Lookup("update")
-	return f != nil && f.Value.String() == "true"
-}
-
-// checkGolden compares got with testdata/<test>/<name>.golden.
+// checkGolden compares got with testdata/<top-level test>/<name>.golden.
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", strings.Split(t.Name(), "/")[0], name+".golden")
-	if updatingGolden() {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file: %v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("ParseLog(%s) mismatch with %s (run go test -update after checking):\ngot:\n%s", name, path, got)
-	}
+	testutil.GoldenFile(t, filepath.Join("testdata", strings.Split(t.Name(), "/")[0], name+".golden"), got)
 }
 
 func parseCorpusLog(t *testing.T, name string) *Log {

@@ -40,7 +40,12 @@ func Corpus(t testing.TB, elem ...string) string {
 // of the calling package, rewriting it under -update.
 func Golden(t testing.TB, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", filepath.FromSlash(t.Name()), name+".golden")
+	GoldenFile(t, filepath.Join("testdata", filepath.FromSlash(t.Name()), name+".golden"), got)
+}
+
+// GoldenFile compares got with the golden file at path, rewriting it under -update.
+func GoldenFile(t testing.TB, path string, got []byte) {
+	t.Helper()
 	if *Update {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
@@ -55,6 +60,6 @@ func Golden(t testing.TB, name string, got []byte) {
 		t.Fatalf("reading golden file (run go test -update to create it): %v", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("%s mismatch:\n--- want\n%s\n--- got\n%s", path, want, got)
+		t.Errorf("%s mismatch (run go test -update after checking):\n--- want\n%s\n--- got\n%s", path, want, got)
 	}
 }
