@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 // EntropyCalibration2 is the cache algorithm of IInt8EntropyCalibrator2, the
@@ -217,7 +219,7 @@ func WriteCacheFile(path string, c Cache) error {
 	if err != nil {
 		return fmt.Errorf("writing calibration cache %s: %w", path, err)
 	}
-	if err := writeFilesAtomic(map[string][]byte{path: data}); err != nil {
+	if err := manifest.WriteFileAtomic(path, data, 0o644); err != nil {
 		return fmt.Errorf("writing calibration cache: %w", err)
 	}
 	return nil

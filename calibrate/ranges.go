@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 // RangesVersion is the version of the ranges file format written by WriteRanges.
@@ -131,7 +133,7 @@ func WriteRanges(path string, r Ranges) error {
 	if err != nil {
 		return fmt.Errorf("writing ranges %s: %w", path, err)
 	}
-	if err := writeFilesAtomic(map[string][]byte{path: data}); err != nil {
+	if err := manifest.WriteFileAtomic(path, data, 0o644); err != nil {
 		return fmt.Errorf("writing ranges: %w", err)
 	}
 	return nil

@@ -5,6 +5,7 @@
 package manifest
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -279,15 +280,28 @@ func (m *Manifest) Write(repo string) error {
 // WriteFileAtomic writes data to a temporary file next to path, syncs it and
 // renames it over path, so readers see the old or the new file, never a part.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	return WriteAtomic(path, perm, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteAtomic is WriteFileAtomic for content that is streamed rather than
+// held in memory: write produces it through a buffered writer. On any error
+// the temporary file is removed and path is left as it was.
+func WriteAtomic(path string, perm os.FileMode, write func(w io.Writer) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
-	if _, err = f.Write(data); err == nil {
-		if err = f.Chmod(perm); err == nil {
-			if err = f.Sync(); err == nil {
-				err = f.Close()
+	bw := bufio.NewWriterSize(f, 256<<10)
+	if err = write(bw); err == nil {
+		if err = bw.Flush(); err == nil {
+			if err = f.Chmod(perm); err == nil {
+				if err = f.Sync(); err == nil {
+					err = f.Close()
+				}
 			}
 		}
 	}

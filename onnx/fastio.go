@@ -1,13 +1,11 @@
 package onnx
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
+	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -258,35 +256,13 @@ func marshalDet(m proto.Message) ([]byte, error) {
 
 // saveStream writes the model to path through a temporary file in the same
 // directory, synced and renamed into place.
-func saveStream(path string, mp *onnxpb.ModelProto) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
+func saveStream(path string, mp *onnxpb.ModelProto) error {
+	return manifest.WriteAtomic(path, 0o644, func(w io.Writer) error {
+		if err := writeModel(w, mp); err != nil {
+			return fmt.Errorf("encoding: %w", err)
 		}
-	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err = writeModel(bw, mp); err != nil {
-		return fmt.Errorf("encoding: %w", err)
-	}
-	if err = bw.Flush(); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+		return nil
+	})
 }
 
 func hasBigRaw(g *onnxpb.GraphProto) bool {
