@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"errors"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -39,5 +38,3 @@ func argsUsage(v cobra.PositionalArgs) cobra.PositionalArgs {
 		return nil
 	}
 }
-
-var _ = errors.New

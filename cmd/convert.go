@@ -16,6 +16,7 @@ import (
 	"github.com/kiln-ml/kiln/convert"
 	"github.com/kiln-ml/kiln/internal/execx"
 	"github.com/kiln-ml/kiln/manifest"
+	"github.com/kiln-ml/kiln/onnx"
 	"github.com/spf13/cobra"
 )
 
@@ -180,7 +181,8 @@ func (o *convertOptions) run(c *cobra.Command, g *globalOptions, model string) e
 	if err := o.trt(c.Context(), &opts); err != nil {
 		return err
 	}
-	m, err := loadForPlan(model)
+	// The plan needs the signature only; the weights are read when a variant is built.
+	m, err := onnx.LoadWith(model, onnx.LoadOptions{SkipExternalData: true})
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kiln-ml/kiln/onnx"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -79,8 +78,4 @@ func readPipeline(path string) (*pipeline, error) {
 		}
 	}
 	return p, nil
-}
-
-func loadForPlan(path string) (*onnx.Model, error) {
-	return onnx.LoadWith(path, onnx.LoadOptions{SkipExternalData: true})
 }
