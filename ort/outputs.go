@@ -3,6 +3,7 @@ package ort
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -144,9 +145,10 @@ func (s *Session) runOnce(ctx context.Context, inputs map[string]*onnx.Tensor, w
 	out := make([]ortgo.Value, len(s.fetches))
 	defer func() {
 		// The binding leaves the values it allocated in out, even when it
-		// fails half-way through converting them.
+		// fails half-way through converting them; there it can also leave
+		// typed nil pointers.
 		for _, v := range append(in, out...) {
-			if v != nil {
+			if v != nil && !reflect.ValueOf(v).IsNil() {
 				v.Destroy()
 			}
 		}

@@ -289,3 +289,41 @@ func TestRunReuseAllocates(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestUntypedScalarOutput: an output the model declares without a type
+// that turns out to be a scalar cannot be converted by the binding (and ONNX
+// Runtime reports the same empty shape for a scalar as for an unknown rank,
+// so the session cannot pre-allocate it). Every run fails with an error; it
+// used to panic destroying a nil value the binding left behind. Declaring
+// the output's rank makes the model run.
+func TestUntypedScalarOutput(t *testing.T) {
+	initORT(t)
+	name, kd := "keepdims", int64(0)
+	reduce := node("ReduceMax", []string{"x"}, "m")
+	reduce.Attribute = []*onnxpb.AttributeProto{{Name: &name, Type: onnxpb.AttributeProto_INT.Enum(), I: &kd}}
+	shape23 := onnx.Shape{Ranked: true, Dims: []onnx.Dim{{Value: 2, Known: true}, {Value: 3, Known: true}}}
+	in := map[string]*onnx.Tensor{"x": floats("x", []int64{2, 3}, -1, 2, -3, 4, -5, 6)}
+	untyped := "m"
+	for _, out := range []*onnxpb.ValueInfoProto{{Name: &untyped}, onnx.TensorType("m", onnx.Float, onnx.Shape{Ranked: true})} {
+		model := graphModel(t, []*onnxpb.NodeProto{reduce},
+			[]*onnxpb.ValueInfoProto{onnx.TensorType("x", onnx.Float, shape23)}, []*onnxpb.ValueInfoProto{out})
+		s, err := NewSessionFromBytes(model, SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Run(context.Background(), in, nil)
+		s.Close()
+		if out.Type == nil {
+			if err == nil {
+				t.Errorf("untyped scalar output: Run gave %v, want an error", res["m"])
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("scalar output with its rank declared: %v", err)
+		}
+		if got := res["m"]; len(got.Dims) != 0 || !reflect.DeepEqual(got.Data, []float32{6}) {
+			t.Errorf("m = %v %v, want the scalar 6", got.Dims, got.Data)
+		}
+	}
+}

@@ -152,7 +152,11 @@ func custom(dims []int64, data []byte, dt onnx.DataType) (ortgo.Value, error) {
 		// the buffer is large enough for the zero elements.
 		data = make([]byte, 2)
 	}
-	return ortgo.NewCustomDataTensor(ortgo.Shape(dims), data, ortgo.TensorElementDataType(dt))
+	v, err := ortgo.NewCustomDataTensor(ortgo.Shape(dims), data, ortgo.TensorElementDataType(dt))
+	if err != nil {
+		return nil, err // not a typed nil, which callers would Destroy
+	}
+	return v, nil
 }
 
 // bytesOf views a slice of 2-byte elements as bytes in host order, the order
@@ -218,11 +222,17 @@ func allocate(dt onnx.DataType, dims []int64, prior any) (ortgo.Value, any, erro
 func empty[T ortgo.TensorData](dims []int64, prior any) (ortgo.Value, any, error) {
 	if len(dims) == 0 {
 		v, err := ortgo.NewEmptyScalar[T]()
-		return v, nil, err
+		if err != nil {
+			return nil, nil, err // not a typed nil, which callers would Destroy
+		}
+		return v, nil, nil
 	}
 	d := reuse[T](prior, mustElements(dims))
 	v, err := ortgo.NewTensor(ortgo.Shape(dims), d)
-	return v, d, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return v, d, nil
 }
 
 // reuse returns prior[:n] when prior is a []T with room for n elements, and
