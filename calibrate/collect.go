@@ -88,6 +88,7 @@ func Augment(m *onnx.Model, tensors []string) (*onnx.Model, error) {
 	cp := &onnx.Model{Proto: proto.Clone(m.Proto).(*onnxpb.ModelProto)}
 	g := cp.Graph()
 	types := inferTypes(cp)
+	scalar := scalars(cp)
 	have := map[string]bool{}
 	for _, o := range g.GetOutput() {
 		have[o.GetName()] = true
@@ -96,7 +97,7 @@ func Augment(m *onnx.Model, tensors []string) (*onnx.Model, error) {
 		if !have[t] {
 			have[t] = true
 			if dt, ok := types[t]; ok && dt != onnx.Undefined {
-				g.Output = append(g.Output, onnx.TensorType(t, dt, onnx.Shape{}))
+				g.Output = append(g.Output, onnx.TensorType(t, dt, onnx.Shape{Ranked: scalar[t]}))
 			} else {
 				g.Output = append(g.Output, &onnxpb.ValueInfoProto{Name: proto.String(t)})
 			}
@@ -464,8 +465,17 @@ func outputType(n *onnxpb.NodeProto, types map[string]onnx.DataType) (onnx.DataT
 		}
 	case "Constant":
 		for _, a := range n.GetAttribute() {
-			if a.GetName() == "value" && a.GetT() != nil {
-				return onnx.DataType(a.GetT().GetDataType()), true
+			switch a.GetName() {
+			case "value":
+				if a.GetT() != nil {
+					return onnx.DataType(a.GetT().GetDataType()), true
+				}
+			case "value_float", "value_floats":
+				return onnx.Float, true
+			case "value_int", "value_ints":
+				return onnx.Int64, true
+			case "value_string", "value_strings":
+				return onnx.String, true
 			}
 		}
 	case "ConstantOfShape":

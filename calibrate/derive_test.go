@@ -215,3 +215,35 @@ func TestCollectDerived(t *testing.T) {
 		})
 	}
 }
+
+// TestCollectScalars: scalar activations (a LayerNorm-style graph with
+// constant exponents and a mean over everything) are collected; the ONNX
+// Runtime binding cannot return them unless their rank is declared.
+func TestCollectScalars(t *testing.T) {
+	initORT(t)
+	b := testmodels.NewBuilder("scalars", 1)
+	x := b.Input("images", onnx.Float, "N", 3, 8, 8)
+	two := b.Node("Constant", nil, testmodels.Float("value_float", 2))
+	sq := b.Node("Pow", []string{x, two})
+	mean := b.Node("ReduceMean", []string{sq}, testmodels.Int("keepdims", 0))
+	eps := b.Node("Add", []string{mean, b.Init("eps", nil, []float32{1e-5})})
+	b.Node("Div", []string{x, b.Node("Sqrt", []string{eps})})
+	b.Rename("out")
+	b.Output("out", onnx.Float, "N", 3, 8, 8)
+	m := &onnx.Model{Proto: b.Model(13, 7)}
+	src := memSource{input: "images", dims: []int64{3, 8, 8}, seed: 1, n: 8}
+	st, err := Collect(context.Background(), m, replay(batchesOf(t, src, m.Inputs())), CollectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{two, sq, mean, eps, "out"} {
+		h := st.Hist[n]
+		if h == nil || h.Count() == 0 {
+			t.Errorf("tensor %s: no statistics", n)
+		}
+	}
+	// Pow(x, 2) is at least 0 and the mean of it over a batch is one value.
+	if h := st.Hist[mean]; h.Count() != 1 || h.Min() < 0 {
+		t.Errorf("mean: %d values, min %v; want 1 value >= 0", h.Count(), h.Min())
+	}
+}
