@@ -191,6 +191,16 @@ func (s *Session) runOnce(ctx context.Context, inputs map[string]*onnx.Tensor, w
 	if err := s.runORT(ctx, in, out); err != nil {
 		return nil, nil, used, err
 	}
+	for i, f := range s.fetches {
+		if f.input && data[i] != nil {
+			if x := inputs[s.outputs[f.out].Name]; x != nil {
+				dst, src := reflect.ValueOf(data[i]), reflect.ValueOf(x.Data)
+				if dst.Type() == src.Type() && dst.Len() == src.Len() {
+					reflect.Copy(dst, src)
+				}
+			}
+		}
+	}
 	res = make(map[string]*onnx.Tensor, len(want))
 	for i, f := range s.fetches {
 		info := s.outputs[f.out]

@@ -11,6 +11,7 @@ import (
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"github.com/x448/float16"
+	"google.golang.org/protobuf/proto"
 )
 
 // cloneData copies a tensor's data slice.
@@ -325,5 +326,55 @@ func TestUntypedScalarOutput(t *testing.T) {
 		if got := res["m"]; len(got.Dims) != 0 || !reflect.DeepEqual(got.Data, []float32{6}) {
 			t.Errorf("m = %v %v, want the scalar 6", got.Dims, got.Data)
 		}
+	}
+}
+
+// TestRunReusePassthrough: an output that is a graph input or an
+// initializer is handed on by ONNX Runtime, which does not write it into a
+// pre-allocated buffer: the session must not pre-allocate it, or every run
+// after the first returns the memory it was given back (stale values).
+func TestRunReusePassthrough(t *testing.T) {
+	initORT(t)
+	dyn := onnx.Shape{Ranked: true, Dims: []onnx.Dim{{Param: "N"}, {Value: 3, Known: true}}}
+	c3 := onnx.Shape{Ranked: true, Dims: []onnx.Dim{{Value: 3, Known: true}}}
+	model := graphModel(t, []*onnxpb.NodeProto{node("Relu", []string{"x"}, "y")},
+		[]*onnxpb.ValueInfoProto{onnx.TensorType("x", onnx.Float, dyn)},
+		[]*onnxpb.ValueInfoProto{onnx.TensorType("x", onnx.Float, dyn), onnx.TensorType("y", onnx.Float, dyn), onnx.TensorType("c", onnx.Float, c3)})
+	var m onnxpb.ModelProto
+	if err := proto.Unmarshal(model, &m); err != nil {
+		t.Fatal(err)
+	}
+	c, err := onnx.Encode(floats("c", []int64{3}, 7, 8, 9), onnx.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Graph.Initializer = append(m.Graph.Initializer, c)
+	data, err := proto.Marshal(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSessionFromBytes(data, SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var last map[string]*onnx.Tensor
+	for i := range 4 {
+		v := float32(i + 1)
+		x := []float32{-v, v, 2 * v, -2 * v, 3 * v, -3 * v}
+		out, err := s.RunReuse(context.Background(), map[string]*onnx.Tensor{"x": floats("x", []int64{2, 3}, x...)}, nil, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := out["x"].Data; !reflect.DeepEqual(got, x) {
+			t.Errorf("run %d: output x = %v, want the input %v", i, got, x)
+		}
+		if got, want := out["y"].Data, []float32{0, v, 2 * v, 0, 3 * v, 0}; !reflect.DeepEqual(got, want) {
+			t.Errorf("run %d: y = %v, want %v", i, got, want)
+		}
+		if got, want := out["c"].Data, []float32{7, 8, 9}; !reflect.DeepEqual(got, want) {
+			t.Errorf("run %d: c = %v, want %v", i, got, want)
+		}
+		last = out
 	}
 }

@@ -63,6 +63,10 @@ type fetch struct {
 	ortName string // the graph output passed to ONNX Runtime
 	out     int    // index into Session.outputs
 	widened bool   // ortName is a float32 cast of the output
+	// input says the output is a graph input handed on as it is: ONNX
+	// Runtime does not write such an output into a pre-allocated buffer,
+	// so the session copies the input there itself.
+	input bool
 }
 
 // Session is an ONNX Runtime inference session over one model.
@@ -184,7 +188,8 @@ func open(name string, m *onnx.Model, data []byte, path string, opts SessionOpti
 	}
 	var outNames []string
 	for i, o := range s.outputs {
-		f := fetch{ortName: o.Name, out: i}
+		_, isInput := s.inIdx[o.Name]
+		f := fetch{ortName: o.Name, out: i, input: isInput}
 		if h, ok := hidden[o.Name]; ok {
 			f = fetch{ortName: h, out: i, widened: true}
 		}
