@@ -121,6 +121,9 @@ type Stats struct {
 
 	// d says which tensors are derived from others, not fetched.
 	d derivation
+	// free holds the fetched tensors that do not depend on the inputs,
+	// fetched with the first batch only.
+	free map[string]bool
 }
 
 // CollectOptions configure Collect.
@@ -150,21 +153,38 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 		return nil, err
 	}
 	d := derive(m, names)
-	aug, err := Augment(m, d.fetched(names))
+	fetch := d.fetched(names)
+	// Tensors that do not depend on the inputs are fetched with the first
+	// batch only (see inputFree); later batches run a second session
+	// without them.
+	free := map[string]bool{}
+	if fetchFreeOnce {
+		free = inputFree(m, fetch)
+	}
+	var rest []string
+	for _, n := range fetch {
+		if !free[n] {
+			rest = append(rest, n)
+		}
+	}
+	open := func(tensors []string) (*ort.Session, error) {
+		aug, err := Augment(m, tensors)
+		if err != nil {
+			return nil, err
+		}
+		data, err := aug.Marshal()
+		if err != nil {
+			return nil, fmt.Errorf("augmenting the model: %w", err)
+		}
+		return ort.NewSessionFromBytes(data, opts.Session)
+	}
+	sess, err := open(fetch)
 	if err != nil {
 		return nil, err
 	}
-	data, err := aug.Marshal()
-	if err != nil {
-		return nil, fmt.Errorf("augmenting the model: %w", err)
-	}
-	sess, err := ort.NewSessionFromBytes(data, opts.Session)
-	if err != nil {
-		return nil, err
-	}
-	defer sess.Close()
+	defer func() { sess.Close() }()
 
-	st := &Stats{Hist: map[string]*Histogram{}, Seen: map[string]int{}, d: d}
+	st := &Stats{Hist: map[string]*Histogram{}, Seen: map[string]int{}, d: d, free: free}
 	for _, n := range names {
 		st.Hist[n] = NewHistogram()
 	}
@@ -205,7 +225,18 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 	go func() { // run ONNX Runtime
 		defer wg.Done()
 		defer close(ran)
+		first, switched := true, false
 		for b := range read {
+			if !first && !switched && len(rest) < len(fetch) {
+				sess.Close()
+				var err error
+				if sess, err = open(rest); err != nil {
+					cancel(err)
+					return
+				}
+				switched = true
+			}
+			first = false
 			var old map[string]*onnx.Tensor
 			select {
 			case old = <-spent:
@@ -346,10 +377,17 @@ func (st *Stats) add(ids []string, outs map[string]*onnx.Tensor, workers int) er
 	return nil
 }
 
-// finish gives each tensor that hands on another's values in the same
-// order (see derivation.alias) a copy of that tensor's statistics: the
-// same values in the same order make the same histogram, min and max.
+// finish counts every sample as seen by the tensors fetched with the first
+// batch only (see inputFree), and gives each tensor that hands on another's
+// values in the same order (see derivation.alias) a copy of that tensor's
+// statistics: the same values in the same order make the same histogram,
+// min and max.
 func (st *Stats) finish() {
+	for _, name := range st.Tensors {
+		if st.free[st.d.source(name)] && st.Seen[name] > 0 {
+			st.Seen[name] = st.Samples // the same values in every run
+		}
+	}
 	for _, name := range st.Tensors {
 		root, ok := st.d.alias[name]
 		if !ok {

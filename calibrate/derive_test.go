@@ -247,3 +247,88 @@ func TestCollectScalars(t *testing.T) {
 		t.Errorf("mean: %d values, min %v; want 1 value >= 0", h.Count(), h.Min())
 	}
 }
+
+// computedWeights is a model whose weights are computed from initializers
+// (a transposed matrix, a filled bias), as exported graphs and ONNX's light
+// test models have them.
+func computedWeights() *onnxpb.ModelProto {
+	b := testmodels.NewBuilder("computed", 1)
+	x := b.Input("x", onnx.Float, "N", 16)
+	wt := b.Node("Transpose", []string{b.RandNormal("wt", 0.5, 8, 16)})
+	bias := b.Node("ConstantOfShape", []string{b.Init("bshape", []int64{1}, []int64{8})},
+		testmodels.Tensor("value", []int64{1}, []float32{0.25}))
+	h := b.Node("Add", []string{b.Node("MatMul", []string{x, wt}), bias})
+	b.Node("Relu", []string{h})
+	b.Rename("y")
+	b.Output("y", onnx.Float, "N", 8)
+	return b.Model(13, 7)
+}
+
+// TestCollectInputFree: tensors that do not depend on the inputs are
+// fetched with the first batch only, yet every sample counts as seen and
+// every method picks the range it picks when they are fetched every batch.
+func TestCollectInputFree(t *testing.T) {
+	initORT(t)
+	m := &onnx.Model{Proto: computedWeights()}
+	names, err := Observed(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := inputFree(m, names)
+	if len(free) != 2 {
+		t.Fatalf("inputFree = %v, want the transposed weight and the bias", free)
+	}
+	var batches []*dataset.Batch
+	for i := range 4 {
+		batches = append(batches, batchesOf(t, memSource{input: "x", dims: []int64{16}, seed: uint64(i + 1), n: 8}, m.Inputs())...)
+	}
+	collect := func(once bool) *Stats {
+		fetchFreeOnce = once
+		defer func() { fetchFreeOnce = true }()
+		st, err := Collect(context.Background(), m, replay(batches), CollectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	every, once := collect(false), collect(true)
+	// The input's statistics cover every batch (ONNX Runtime does not
+	// write a graph input fetched as an output into reused memory).
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, b := range batches {
+		for _, v := range b.Tensors["x"].Data.([]float32) {
+			lo, hi = min(lo, float64(v)), max(hi, float64(v))
+		}
+	}
+	for _, st := range []*Stats{every, once} {
+		if h := st.Hist["x"]; h.Min() != lo || h.Max() != hi || h.Count() != uint64(16*st.Samples) {
+			t.Errorf("input x: min %v max %v over %d values, want %v %v over %d", h.Min(), h.Max(), h.Count(), lo, hi, 16*st.Samples)
+		}
+	}
+	for n := range free {
+		if once.Seen[n] != once.Samples || every.Seen[n] != every.Samples {
+			t.Errorf("tensor %s: seen %d (every batch: %d), want all %d samples", n, once.Seen[n], every.Seen[n], once.Samples)
+		}
+		if got, want := once.Hist[n].Count()*uint64(len(batches)), every.Hist[n].Count(); got != want {
+			t.Errorf("tensor %s: %d values from the first batch, want 1/%d of %d", n, once.Hist[n].Count(), len(batches), want)
+		}
+	}
+	for _, method := range Methods() {
+		want, err := every.Ranges(method, MethodOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := once.Ranges(method, MethodOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Tensors) != len(want.Tensors) {
+			t.Fatalf("%s: %d ranges, want %d", method, len(got.Tensors), len(want.Tensors))
+		}
+		for i, w := range want.Tensors {
+			if g := got.Tensors[i]; g.Tensor != w.Tensor || g.Amax != w.Amax {
+				t.Errorf("%s: tensor %s amax %v, want %s %v", method, g.Tensor, g.Amax, w.Tensor, w.Amax)
+			}
+		}
+	}
+}

@@ -99,6 +99,20 @@ func Float(name string, v float32) Attr {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: &t, F: proto.Float32(v)}
 }
 
+// Tensor is a TENSOR attribute holding data of the given shape.
+func Tensor(name string, dims []int64, data any) Attr {
+	v, err := onnx.NewTensor("", dims, data)
+	if err != nil {
+		panic(err) // programming error in a generator, not input
+	}
+	p, err := onnx.Encode(v, onnx.Raw)
+	if err != nil {
+		panic(err)
+	}
+	t := onnxpb.AttributeProto_TENSOR
+	return &onnxpb.AttributeProto{Name: proto.String(name), Type: &t, T: p}
+}
+
 // Node adds a node with one output and returns the output name.
 func (b *Builder) Node(op string, inputs []string, attrs ...Attr) string {
 	b.next++
