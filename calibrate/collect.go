@@ -21,6 +21,10 @@ import (
 // calibrate (no float32 graph input and no float32 node output).
 var ErrNoFloatTensors = errors.New("the model has no float32 tensors to calibrate")
 
+// ErrNothingToQuantize is returned for a model without an operator the Q/DQ
+// model quantizes.
+var ErrNothingToQuantize = errors.New("quantizing: the model has no Conv, ConvTranspose, Gemm, MatMul or residual Add with float inputs to quantize")
+
 // ActivationError is a value calibration cannot use: a NaN or infinite
 // activation of one tensor for one sample.
 type ActivationError struct {

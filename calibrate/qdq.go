@@ -227,7 +227,7 @@ func Quantize(m *onnx.Model, r Ranges, opts QuantizeOptions) (*Quantized, error)
 		}
 	}
 	if len(acts) == 0 && len(weights) == 0 {
-		return nil, fmt.Errorf("quantizing: the model has no Conv, ConvTranspose, Gemm, MatMul or residual Add with float inputs to quantize")
+		return nil, ErrNothingToQuantize
 	}
 
 	// Opset 13 even without per-channel scales: ONNX Runtime's QDQ

@@ -1,0 +1,77 @@
+package calibrate
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/dataset"
+	"github.com/kiln-ml/kiln/internal/testutil"
+)
+
+// TestRunNodeCorpus calibrates every model of the onnx-node corpus on its
+// own test data, as a user pointing kiln at an unfamiliar graph would. Each
+// either calibrates, writing every file, or fails with the error its kind
+// of model calls for; none crashes or fails for another reason.
+func TestRunNodeCorpus(t *testing.T) {
+	initORT(t)
+	root := testutil.Corpus(t, "onnx-node")
+	models, err := filepath.Glob(filepath.Join(root, "*", "model.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nested, err := filepath.Glob(filepath.Join(root, "*", "*", "model.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	models = append(models, nested...)
+	// Models that cannot calibrate, and why.
+	fails := map[string]func(error) bool{
+		// Test data with NaN in it.
+		"test_cast_FLOAT_to_FLOAT16": func(err error) bool {
+			var ae *ActivationError
+			return errors.As(err, &ae) && ae.Tensor == "input"
+		},
+		"test_cast_FLOAT16_to_FLOAT": func(err error) bool { return strings.Contains(err.Error(), `input "input" is float16`) },
+		// Opset 6 operators ONNX Runtime 1.24 has no kernels for.
+		"test_AvgPool2d":        ortMissing("AveragePool(1)"),
+		"test_BatchNorm2d_eval": ortMissing("BatchNormalization(6)"),
+		"test_Linear":           ortMissing("Gemm(6)"),
+	}
+	var ok, nothing int
+	for _, model := range models {
+		name := filepath.Base(filepath.Dir(model))
+		t.Run(name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			rep, err := Run(context.Background(), Config{
+				Model: model, Data: dataset.Spec{Path: filepath.Dir(model), Format: dataset.ProtoPB},
+				CalibShare: 0.9999, Validation: -1,
+			}, out)
+			switch want := fails[name]; {
+			case want != nil:
+				if err == nil || !want(err) {
+					t.Errorf("Run = %v, want this model's known error", err)
+				}
+			case errors.Is(err, ErrNothingToQuantize):
+				nothing++
+			case err != nil:
+				t.Errorf("Run: %v", err)
+			default:
+				ok++
+				checkOutputs(t, out, rep)
+			}
+		})
+	}
+	t.Logf("%d models: %d calibrated, %d with nothing to quantize, %d with known errors", len(models), ok, nothing, len(fails))
+	if ok < 10 {
+		t.Errorf("%d models calibrated, want at least 10 (the Conv, Gemm and MatMul tests)", ok)
+	}
+}
+
+func ortMissing(kernel string) func(error) bool {
+	return func(err error) bool {
+		return strings.Contains(err.Error(), "Could not find an implementation for "+kernel)
+	}
+}
