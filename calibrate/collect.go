@@ -418,19 +418,33 @@ func idRange(ids []string) string {
 // Ranges computes every observed tensor's range with method.
 func (st *Stats) Ranges(method Method, opts MethodOptions) (Ranges, error) {
 	r := Ranges{Version: RangesVersion, Method: method, Samples: st.Samples}
-	for _, name := range st.Tensors {
-		h, ok := st.Hist[name]
-		if !ok {
-			continue
+	// Entropy and MSE scan every candidate cut of every histogram
+	// (milliseconds each); the tensors are independent, so every CPU
+	// takes some.
+	rgs := make([]Range, len(st.Tensors))
+	errs := make([]error, len(st.Tensors))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(st.Tensors)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(st.Tensors); i = int(next.Add(1) - 1) {
+				if h, ok := st.Hist[st.Tensors[i]]; ok {
+					rgs[i], errs[i] = Compute(method, h, opts)
+				} else {
+					errs[i] = ErrNoValues
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, name := range st.Tensors {
+		if errors.Is(errs[i], ErrNoValues) {
+			continue // not collected, or empty tensors, e.g. a [0,4] box list
 		}
-		rg, err := Compute(method, h, opts)
-		if errors.Is(err, ErrNoValues) {
-			continue // empty tensors, e.g. a [0,4] box list
+		if errs[i] != nil {
+			return Ranges{}, fmt.Errorf("tensor %q: %w", name, errs[i])
 		}
-		if err != nil {
-			return Ranges{}, fmt.Errorf("tensor %q: %w", name, err)
-		}
-		r.Tensors = append(r.Tensors, NewTensorRange(name, st.Seen[name], h, rg))
+		r.Tensors = append(r.Tensors, NewTensorRange(name, st.Seen[name], st.Hist[name], rgs[i]))
 	}
 	if len(r.Tensors) == 0 {
 		return Ranges{}, ErrNoFloatTensors
