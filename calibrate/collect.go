@@ -137,8 +137,10 @@ type CollectOptions struct {
 	// Progress is called with the number of samples after each batch's
 	// statistics are in (it must not block); nil ignores progress.
 	Progress func(samples int)
-	// Workers adding to histograms; 0 means half of GOMAXPROCS (at least
-	// one): ONNX Runtime's own threads need the other half.
+	// Workers adding to histograms; 0 means GOMAXPROCS. They share the
+	// CPUs with ONNX Runtime's threads, which run the next batch meanwhile:
+	// measured on 2 CPUs, one worker per CPU calibrates 15% faster than
+	// leaving ONNX Runtime a CPU of its own.
 	Workers int
 }
 
@@ -260,7 +262,7 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 	}()
 	workers := opts.Workers
 	if workers <= 0 {
-		workers = max(1, runtime.GOMAXPROCS(0)/2)
+		workers = runtime.GOMAXPROCS(0)
 	}
 	first := true
 	for r := range ran {
