@@ -10,6 +10,9 @@ BIN       := .bin
 KILN      := ./kiln
 FUZZTIME  ?= 30s
 export KILN_ORT_LIB ?= $(CURDIR)/$(ORT_LIB)
+# Go's SIMD experiment gives calibration's histogram kernels their vector
+# paths (calibrate/histsimd.go); a build without it uses the scalar kernels.
+export GOEXPERIMENT ?= simd
 
 .PHONY: help deps ort servers build test demo bench fuzz lint generate check gpu-check clean
 
@@ -39,6 +42,7 @@ test: ort ## run every test (fetches what it needs first)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) test -count=1 ./...
+	GOEXPERIMENT= $(GO) test -count=1 -run 'AddFast|Collect' ./calibrate/  # the scalar kernels too
 
 demo: ort build ## the main job on the model kiln ships: inspect, calibrate, convert, lint (output in .cache/demo)
 	$(KILN) inspect --run testdata/tinynet.onnx

@@ -344,9 +344,9 @@ func (st *Stats) add(ids []string, outs map[string]*onnx.Tensor, workers int) er
 				v, _ := t.Data.([]float32)
 				var err error
 				if out, ok := st.d.relu[name]; ok {
-					err = addFastRelu(st.Hist[name], st.Hist[out], v)
+					err = addRelu(st.Hist[name], st.Hist[out], v)
 				} else {
-					err = st.Hist[name].addFast(v)
+					err = st.Hist[name].Add(v)
 				}
 				if err != nil {
 					var nf *NonFiniteError

@@ -114,43 +114,18 @@ func (d derivation) source(name string) string {
 	return name
 }
 
-// addFastRelu adds values to h as addFast does and their ReLU to r as
-// r.addFast would, in one pass over values. ONNX Runtime's ReLU turns a
-// negative value into 0 and keeps -0 (and NaN, which h rejects first).
-// Either histogram needing its first width or more bins, or a NaN or an
-// infinity, sends the batch to Add for both; the error is h's.
-func addFastRelu(h, r *Histogram, values []float32) error {
+// addRelu adds values to h as Add does and their ReLU to r as r.Add would,
+// with one min/max pass and one counting pass over values for both. ONNX
+// Runtime's ReLU turns a negative value into 0 and keeps -0 (and NaN,
+// which h rejects first). Until both histograms have a bin width it adds
+// them one by one.
+func addRelu(h, r *Histogram, values []float32) error {
 	if h.width == 0 || r.width == 0 || len(values) == 0 {
-		return addRelu(h, r, values)
+		return addReluSlow(h, r, values)
 	}
-	inv, rinv := 1/h.width, 1/r.width
-	hc, rc := h.counts, r.counts
-	last, rlast := uint(len(hc)-1), uint(len(rc)-1)
-	bmin, bmax := values[0], values[0]
-	for i, v := range values {
-		if v != v {
-			h.undo(values[:i])
-			r.undoRelu(values[:i])
-			return addRelu(h, r, values)
-		}
-		if v < bmin {
-			bmin = v
-		}
-		if v > bmax {
-			bmax = v
-		}
-		k := uint(int(math.Abs(float64(v)) * inv))
-		if k > last {
-			k = last
-		}
-		hc[k]++
-		// A negative v truncates to a k <= 0, which is ReLU's bin 0.
-		kr := int(float64(v) * rinv)
-		kr &^= kr >> 63 // 0 when negative, without a branch to mispredict
-		if uint(kr) > rlast {
-			kr = int(rlast)
-		}
-		rc[kr]++
+	bmin, bmax, finite := minMax(values)
+	if !finite {
+		return nonFinite(values)
 	}
 	// The ReLU's max is the max when positive; when all are <= 0 it is
 	// ReLU's first value (Add keeps the first of equal zeros). Its min
@@ -167,13 +142,11 @@ func addFastRelu(h, r *Histogram, values []float32) error {
 			}
 		}
 	}
-	if math.Max(-float64(bmin), float64(bmax)) > h.Top() || float64(rmax) > r.Top() {
-		h.undo(values)
-		r.undoRelu(values)
-		return addRelu(h, r, values)
-	}
 	h.observe(uint64(len(values)), float64(bmin), float64(bmax))
 	r.observe(uint64(len(values)), float64(rmin), float64(rmax))
+	h.cover(math.Max(-float64(bmin), float64(bmax)))
+	r.cover(float64(rmax))
+	countRelu(h.counts, r.counts, values, 1/h.width, 1/r.width)
 	return nil
 }
 
@@ -186,8 +159,8 @@ func reluOf(v float32) float32 {
 	return v
 }
 
-// addRelu adds values to h and their ReLU to r with Add.
-func addRelu(h, r *Histogram, values []float32) error {
+// addReluSlow adds values to h and their ReLU to r with Add.
+func addReluSlow(h, r *Histogram, values []float32) error {
 	if err := h.Add(values); err != nil {
 		return err
 	}
@@ -196,13 +169,4 @@ func addRelu(h, r *Histogram, values []float32) error {
 		rv[i] = reluOf(v)
 	}
 	return r.Add(rv)
-}
-
-// undoRelu takes the ReLU of values that addFastRelu counted back out of r.
-func (r *Histogram) undoRelu(values []float32) {
-	inv := 1 / r.width
-	last := uint(len(r.counts) - 1)
-	for _, v := range values {
-		r.counts[min(uint(max(int(float64(v)*inv), 0)), last)]--
-	}
 }

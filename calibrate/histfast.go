@@ -2,55 +2,96 @@ package calibrate
 
 import "math"
 
-// addFast adds values exactly as Add does, in one pass over the data instead
-// of two once the bin width is known: calibration reads every activation of
-// every sample, and a second pass over megabytes of fresh ONNX Runtime
-// output costs as much as a convolution. Min and max are kept with plain
-// comparisons, as Add keeps them (the min and max builtins handle NaN and
-// signed zeros, which costs more than the rest of the loop). A batch that
-// reaches past the last bin (the histogram must grow) or holds a NaN or an
-// infinity is taken back out and given to Add, which grows the histogram or
-// reports the first non-finite value.
-func (h *Histogram) addFast(values []float32) error {
-	if h.width == 0 || len(values) == 0 {
-		return h.Add(values)
+// The histogram kernels. Calibration reads every activation of every
+// sample, so Add makes two passes over a batch with the tightest loops it
+// can: minMax (a streaming read: min, max and whether all are finite), then,
+// once the histogram covers the batch's max|x|, count. Both have a vector
+// path (histsimd.go, with Go's SIMD experiment) that gives the same results
+// as the scalar one.
+
+// minMax returns the min and max of values as a first-of-equals scan finds
+// them (so a zero extreme has the sign of the first zero), and whether all
+// are finite; with a non-finite value the min and max mean nothing.
+func minMax(values []float32) (lo, hi float32, finite bool) {
+	if useSIMD && len(values) >= simdMin {
+		return minMaxSIMD(values)
 	}
-	inv := 1 / h.width
-	counts := h.counts
-	last := uint(len(counts) - 1)
-	bmin, bmax := values[0], values[0]
-	for i, v := range values {
-		if v != v {
-			h.undo(values[:i])
-			return h.Add(values)
-		}
-		if v < bmin {
-			bmin = v
-		}
-		if v > bmax {
-			bmax = v
-		}
-		// An infinity converts to some int; uint keeps it in range
-		// until it is taken back out below.
-		k := uint(int(math.Abs(float64(v)) * inv))
-		if k > last {
-			k = last
-		}
-		counts[k]++
-	}
-	if math.Max(-float64(bmin), float64(bmax)) > h.Top() {
-		h.undo(values)
-		return h.Add(values)
-	}
-	h.observe(uint64(len(values)), float64(bmin), float64(bmax))
-	return nil
+	return minMaxScalar(values)
 }
 
-// undo takes values that addFast counted back out of the bins.
-func (h *Histogram) undo(values []float32) {
-	inv := 1 / h.width
-	last := uint(len(h.counts) - 1)
+// minMaxScalar is minMax with plain comparisons (the min and max builtins
+// handle NaN and signed zeros, which costs more than the rest of the loop).
+func minMaxScalar(values []float32) (lo, hi float32, finite bool) {
+	lo, hi, finite = values[0], values[0], true
 	for _, v := range values {
-		h.counts[min(uint(int(math.Abs(float64(v))*inv)), last)]--
+		if v-v != 0 { // NaN for NaN and ±Inf
+			finite = false
+		}
+		if v < lo {
+			lo = v
+		}
+		if v > hi {
+			hi = v
+		}
 	}
+	return lo, hi, finite
+}
+
+// count adds one to the bin of |v|·inv, or to the last bin past it, for
+// each of values, which must be finite.
+func count(counts []uint64, values []float32, inv float64) {
+	if useSIMD && len(values) >= simdMin {
+		countSIMD(counts, values, inv)
+		return
+	}
+	countScalar(counts, values, inv)
+}
+
+func countScalar(counts []uint64, values []float32, inv float64) {
+	last := uint(len(counts) - 1)
+	for _, v := range values {
+		counts[min(uint(int(math.Abs(float64(v))*inv)), last)]++
+	}
+}
+
+// countRelu is count for hc and, in the same pass, count of the values'
+// ReLU for rc.
+func countRelu(hc, rc []uint64, values []float32, inv, rinv float64) {
+	if useSIMD && len(values) >= simdMin {
+		countReluSIMD(hc, rc, values, inv, rinv)
+		return
+	}
+	countReluScalar(hc, rc, values, inv, rinv)
+}
+
+func countReluScalar(hc, rc []uint64, values []float32, inv, rinv float64) {
+	last, rlast := uint(len(hc)-1), uint(len(rc)-1)
+	for _, v := range values {
+		hc[min(uint(int(math.Abs(float64(v))*inv)), last)]++
+		// A negative v truncates to a k <= 0, which is ReLU's bin 0.
+		kr := int(float64(v) * rinv)
+		kr &^= kr >> 63 // 0 when negative, without a branch to mispredict
+		rc[min(uint(kr), rlast)]++
+	}
+}
+
+// zeroSigns gives a min or max of zero the sign a first-of-equals scan
+// gives it: that of the first zero of the batch. Vector min and max do not
+// keep track of which zero they kept.
+func zeroSigns(values []float32, lo, hi float32) (float32, float32) {
+	if lo != 0 && hi != 0 {
+		return lo, hi
+	}
+	for _, v := range values {
+		if v == 0 {
+			if lo == 0 {
+				lo = v
+			}
+			if hi == 0 {
+				hi = v
+			}
+			break
+		}
+	}
+	return lo, hi
 }

@@ -58,18 +58,9 @@ func (h *Histogram) Add(values []float32) error {
 	if len(values) == 0 {
 		return nil
 	}
-	bmin, bmax := values[0], values[0]
-	for i, v := range values {
-		// v-v is 0 for every finite v and NaN for NaN and ±Inf.
-		if v-v != 0 {
-			return &NonFiniteError{Index: i, Value: v}
-		}
-		if v < bmin {
-			bmin = v
-		}
-		if v > bmax {
-			bmax = v
-		}
+	bmin, bmax, finite := minMax(values)
+	if !finite {
+		return nonFinite(values)
 	}
 	h.observe(uint64(len(values)), float64(bmin), float64(bmax))
 	amax := math.Max(-float64(bmin), float64(bmax))
@@ -78,15 +69,16 @@ func (h *Histogram) Add(values []float32) error {
 		return nil
 	}
 	h.cover(amax)
-	inv := 1 / h.width
-	last := len(h.counts) - 1
-	counts := h.counts
-	for _, v := range values {
-		k := int(math.Abs(float64(v)) * inv)
-		if k > last {
-			k = last
+	count(h.counts, values, 1/h.width)
+	return nil
+}
+
+// nonFinite reports the first NaN or infinity of values.
+func nonFinite(values []float32) error {
+	for i, v := range values {
+		if v-v != 0 { // NaN for NaN and ±Inf
+			return &NonFiniteError{Index: i, Value: v}
 		}
-		counts[k]++
 	}
 	return nil
 }

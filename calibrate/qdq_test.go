@@ -1,8 +1,6 @@
 package calibrate
 
 import (
-	"math"
-	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -140,29 +138,5 @@ func TestRaiseOpsetSoftmax(t *testing.T) {
 	b.Node("Slice", []string{b.Input("x", onnx.Float, 4)})
 	if _, err := raiseOpset(&onnx.Model{Proto: b.Model(9, 3)}, 13); err == nil {
 		t.Errorf("raiseOpset over Slice-1 = nil error, want a refusal")
-	}
-}
-
-// TestAddFast: the one-pass histogram update gives exactly Add's histogram,
-// also when a batch grows the range or holds a NaN.
-func TestAddFast(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	a, b := NewHistogram(), NewHistogram()
-	for i := range 50 {
-		v := make([]float32, 1000)
-		scale := 1 + float64(i%7)*3
-		for j := range v {
-			v[j] = float32(rng.NormFloat64() * scale)
-		}
-		if i == 20 {
-			v[500] = float32(math.NaN())
-		}
-		errA, errB := a.Add(v), b.addFast(v)
-		if (errA == nil) != (errB == nil) {
-			t.Fatalf("batch %d: Add = %v, addFast = %v", i, errA, errB)
-		}
-	}
-	if !slices.Equal(a.Counts(), b.Counts()) || a.Min() != b.Min() || a.Max() != b.Max() || a.Count() != b.Count() {
-		t.Errorf("addFast histogram differs from Add: %d vs %d values, bins %d vs %d", b.Count(), a.Count(), b.Bins(), a.Bins())
 	}
 }

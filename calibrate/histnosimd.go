@@ -1,0 +1,17 @@
+//go:build !(goexperiment.simd && amd64)
+
+package calibrate
+
+// useSIMD is false without Go's SIMD experiment (see histsimd.go): the
+// scalar kernels do all the work.
+const useSIMD = false
+
+const simdMin = 16
+
+func minMaxSIMD(values []float32) (float32, float32, bool) { return minMaxScalar(values) }
+
+func countSIMD(counts []uint64, values []float32, inv float64) { countScalar(counts, values, inv) }
+
+func countReluSIMD(hc, rc []uint64, values []float32, inv, rinv float64) {
+	countReluScalar(hc, rc, values, inv, rinv)
+}

@@ -1,0 +1,88 @@
+//go:build goexperiment.simd && amd64
+
+package calibrate
+
+import "simd/archsimd"
+
+// useSIMD says the histogram kernels may take their vector paths: this
+// build has Go's SIMD experiment (GOEXPERIMENT=simd, as the Makefile
+// builds) and the CPU has AVX. The vector paths compute each bin in float64
+// exactly as the scalar ones do, four values at a time, so the counts are
+// the same.
+var useSIMD = archsimd.X86.AVX()
+
+// simdMin is the shortest batch worth a vector path.
+const simdMin = 16
+
+// minMaxSIMD is minMaxScalar eight values at a time.
+func minMaxSIMD(values []float32) (lo, hi float32, finite bool) {
+	vlo := archsimd.LoadFloat32x8Slice(values)
+	vhi, bad := vlo, archsimd.BroadcastFloat32x8(0)
+	i := 0
+	for ; i+8 <= len(values); i += 8 {
+		v := archsimd.LoadFloat32x8Slice(values[i : i+8])
+		bad = bad.Add(v.Sub(v)) // stays 0 while every value is finite
+		vlo, vhi = vlo.Min(v), vhi.Max(v)
+	}
+	var l, h, b [8]float32
+	vlo.Store(&l)
+	vhi.Store(&h)
+	bad.Store(&b)
+	lo, hi, finite = l[0], h[0], true
+	for j := range 8 {
+		lo, hi = min(lo, l[j]), max(hi, h[j])
+		finite = finite && b[j] == 0
+	}
+	if i < len(values) {
+		tlo, thi, tfinite := minMaxScalar(values[i:])
+		lo, hi, finite = min(lo, tlo), max(hi, thi), finite && tfinite
+	}
+	lo, hi = zeroSigns(values, lo, hi)
+	return lo, hi, finite
+}
+
+// countSIMD is countScalar four values at a time: |v| (the larger of v and
+// -v) widened to float64, times inv, truncated to int32 and capped at the
+// last bin.
+func countSIMD(counts []uint64, values []float32, inv float64) {
+	invs := archsimd.BroadcastFloat64x4(inv)
+	last := archsimd.BroadcastUint32x4(uint32(min(len(counts)-1, 1<<31-1)))
+	zero := archsimd.BroadcastFloat32x4(0)
+	var k [4]uint32
+	i := 0
+	for ; i+4 <= len(values); i += 4 {
+		v := archsimd.LoadFloat32x4Slice(values[i : i+4])
+		v.Max(zero.Sub(v)).ConvertToFloat64().Mul(invs).ConvertToInt32().AsUint32x4().Min(last).Store(&k)
+		counts[k[0]]++
+		counts[k[1]]++
+		counts[k[2]]++
+		counts[k[3]]++
+	}
+	countScalar(counts, values[i:], inv)
+}
+
+// countReluSIMD is countReluScalar four values at a time (see countSIMD);
+// ReLU's bin is that of max(v, 0), bin 0 for a negative v as in the scalar
+// truncation toward zero.
+func countReluSIMD(hc, rc []uint64, values []float32, inv, rinv float64) {
+	invs, rinvs := archsimd.BroadcastFloat64x4(inv), archsimd.BroadcastFloat64x4(rinv)
+	last := archsimd.BroadcastUint32x4(uint32(min(len(hc)-1, 1<<31-1)))
+	rlast := archsimd.BroadcastUint32x4(uint32(min(len(rc)-1, 1<<31-1)))
+	zero := archsimd.BroadcastFloat32x4(0)
+	var k, kr [4]uint32
+	i := 0
+	for ; i+4 <= len(values); i += 4 {
+		v := archsimd.LoadFloat32x4Slice(values[i : i+4])
+		v.Max(zero.Sub(v)).ConvertToFloat64().Mul(invs).ConvertToInt32().AsUint32x4().Min(last).Store(&k)
+		v.Max(zero).ConvertToFloat64().Mul(rinvs).ConvertToInt32().AsUint32x4().Min(rlast).Store(&kr)
+		hc[k[0]]++
+		hc[k[1]]++
+		hc[k[2]]++
+		hc[k[3]]++
+		rc[kr[0]]++
+		rc[kr[1]]++
+		rc[kr[2]]++
+		rc[kr[3]]++
+	}
+	countReluScalar(hc, rc, values[i:], inv, rinv)
+}
