@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"reflect"
 	"runtime"
 	"slices"
 	"sync"
@@ -137,6 +138,10 @@ type CollectOptions struct {
 	// Progress is called with the number of samples after each batch's
 	// statistics are in (it must not block); nil ignores progress.
 	Progress func(samples int)
+	// RunSamples caps the samples of one ONNX Runtime run for models with
+	// a free batch dimension: 0 picks it by the memory one sample's
+	// activations take (see runBudget), -1 runs whole batches.
+	RunSamples int
 	// Workers adding to histograms; 0 means GOMAXPROCS. They share the
 	// CPUs with ONNX Runtime's threads, which run the next batch meanwhile:
 	// measured on 2 CPUs, one worker per CPU calibrates 15% faster than
@@ -146,7 +151,9 @@ type CollectOptions struct {
 
 // Collect runs batches through the model with every observed tensor (see
 // Observed) as an extra output and keeps, per tensor, the running min/max and
-// a histogram of |x|. Tensors whose statistics follow exactly from another
+// a histogram of |x|. Where the model's batch dimension is free, a batch runs
+// a few samples at a time (see CollectOptions.RunSamples), the first run
+// being one sample, whose values fix the histograms' bin widths. Tensors whose statistics follow exactly from another
 // tensor's values (a ReLU output, a reshaped copy; see derive) are not
 // fetched but derived. Work is pipelined: reading a batch, running ONNX
 // Runtime and adding to the histograms overlap, and the activations of at
@@ -198,9 +205,14 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
+	// A result is one run's samples and activations. The runs of the
+	// first batch are held until its last one is in, so that the first
+	// batch fixes the histograms' bin widths as one batch (see
+	// Histogram.addChunks) however it was split.
 	type result struct {
-		ids  []string
-		outs map[string]*onnx.Tensor
+		ids        []string
+		outs       map[string]*onnx.Tensor
+		hold, last bool
 	}
 	read := make(chan *dataset.Batch, 1)
 	// ran is unbuffered: ONNX Runtime runs one batch ahead of the
@@ -228,36 +240,62 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 			}
 		}
 	}()
+	// Runs take at most chunk samples of a batch where the model's batch
+	// dimension is free (see splittable): the first run one sample, later
+	// ones as many as fit runBudget by that run's activations. Every
+	// activation fetched is fresh memory until the sets are reused, and a
+	// smaller set is touched sooner and still in cache when the histograms
+	// read it.
+	split := splittable(m) && opts.RunSamples >= 0
+	chunk := 1
+	if opts.RunSamples > 0 {
+		chunk = opts.RunSamples
+	}
 	go func() { // run ONNX Runtime
 		defer wg.Done()
 		defer close(ran)
-		first, switched := true, false
+		first, switched, hold := true, false, true
 		for b := range read {
-			if !first && !switched && len(rest) < len(fetch) {
-				sess.Close()
-				var err error
-				if sess, err = open(rest); err != nil {
-					cancel(err)
+			for off := 0; off < len(b.IDs); {
+				n := len(b.IDs) - off
+				if split {
+					n = min(n, chunk)
+				}
+				if !first && !switched && len(rest) < len(fetch) {
+					sess.Close()
+					var err error
+					if sess, err = open(rest); err != nil {
+						cancel(err)
+						return
+					}
+					switched = true
+				}
+				var old map[string]*onnx.Tensor
+				select {
+				case old = <-spent:
+				default:
+				}
+				sub := sliceBatch(b, off, off+n)
+				if sub == nil { // not stacked by sample: run it whole
+					sub, n = b, len(b.IDs)
+				}
+				outs, err := sess.RunReuse(ctx, sub.Tensors, nil, old)
+				if err != nil {
+					cancel(fmt.Errorf("batch of samples %s: %w", idRange(sub.IDs), err))
 					return
 				}
-				switched = true
+				if first && split && opts.RunSamples == 0 {
+					chunk = max(1, runBudget/max(1, outputBytes(outs)/n))
+				}
+				first = false
+				off += n
+				select {
+				case ran <- result{sub.IDs, outs, hold, off == len(b.IDs)}:
+				case <-ctx.Done():
+					return
+				}
 			}
-			first = false
-			var old map[string]*onnx.Tensor
-			select {
-			case old = <-spent:
-			default:
-			}
-			outs, err := sess.RunReuse(ctx, b.Tensors, nil, old)
-			if err != nil {
-				cancel(fmt.Errorf("batch of samples %s: %w", idRange(b.IDs), err))
-				return
-			}
-			select {
-			case ran <- result{b.IDs, outs}:
-			case <-ctx.Done():
-				return
-			}
+			hold = false
 		}
 	}()
 	workers := opts.Workers
@@ -265,6 +303,7 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 		workers = runtime.GOMAXPROCS(0)
 	}
 	first := true
+	var held []result
 	for r := range ran {
 		if first {
 			st.Tensors = keepFloat(names, r.outs, d)
@@ -274,16 +313,31 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 			}
 			first = false
 		}
-		if err := st.add(r.ids, r.outs, workers); err != nil {
+		if r.hold && !r.last {
+			held = append(held, r)
+			continue
+		}
+		parts := append(held, r)
+		held = nil
+		ids := make([][]string, len(parts))
+		outs := make([]map[string]*onnx.Tensor, len(parts))
+		n := 0
+		for i, p := range parts {
+			ids[i], outs[i] = p.ids, p.outs
+			n += len(p.ids)
+		}
+		if err := st.add(ids, outs, workers); err != nil {
 			cancel(err)
 			break
 		}
-		select {
-		case spent <- r.outs:
-		default:
+		for _, o := range outs {
+			select {
+			case spent <- o:
+			default:
+			}
 		}
 		if opts.Progress != nil {
-			opts.Progress(len(r.ids))
+			opts.Progress(n)
 		}
 	}
 	cancel(nil) // stop the pipeline if the loop broke early
@@ -308,6 +362,59 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 	return st, nil
 }
 
+// runBudget is the memory the activations of one run may take when Collect
+// picks the samples per run: on the order of a last-level cache.
+const runBudget = 32 << 20
+
+// splittable tells whether every input of m has a free first dimension, so
+// that a batch can run a few samples at a time.
+func splittable(m *onnx.Model) bool {
+	ins := m.Inputs()
+	for _, in := range ins {
+		if !in.Shape.Ranked || len(in.Shape.Dims) == 0 || in.Shape.Dims[0].Known {
+			return false
+		}
+	}
+	return len(ins) > 0
+}
+
+// sliceBatch returns samples [i, j) of b, sharing its memory; b itself when
+// that is all of it, and nil when a tensor is not stacked along its first
+// dimension.
+func sliceBatch(b *dataset.Batch, i, j int) *dataset.Batch {
+	n := len(b.IDs)
+	if i == 0 && j == n {
+		return b
+	}
+	for _, t := range b.Tensors {
+		if len(t.Dims) == 0 || t.Dims[0] != int64(n) || reflect.ValueOf(t.Data).Len()%n != 0 {
+			return nil
+		}
+	}
+	sub := &dataset.Batch{IDs: b.IDs[i:j], Tensors: make(map[string]*onnx.Tensor, len(b.Tensors))}
+	if len(b.Labels) == n {
+		sub.Labels = b.Labels[i:j]
+	}
+	for name, t := range b.Tensors {
+		data := reflect.ValueOf(t.Data)
+		per := data.Len() / n
+		dims := append([]int64{int64(j - i)}, t.Dims[1:]...)
+		sub.Tensors[name] = &onnx.Tensor{Name: t.Name, Type: t.Type, Dims: dims, Data: data.Slice(i*per, j*per).Interface()}
+	}
+	return sub
+}
+
+// outputBytes is the memory of a run's outputs.
+func outputBytes(outs map[string]*onnx.Tensor) int {
+	total := 0
+	for _, t := range outs {
+		if n, err := onnx.NumElements(t.Dims); err == nil {
+			total += n * t.Type.Size()
+		}
+	}
+	return total
+}
+
 // keepFloat drops the observed tensors that ONNX Runtime returned with
 // another element type than float32. A tensor d derives goes with the
 // tensor it is derived from.
@@ -321,66 +428,87 @@ func keepFloat(names []string, outs map[string]*onnx.Tensor, d derivation) []str
 	return keep
 }
 
-// add adds one batch's outputs to the histograms, tensors spread over
-// workers (each histogram is touched by one worker only).
-func (st *Stats) add(ids []string, outs map[string]*onnx.Tensor, workers int) error {
+// add adds one batch's outputs, run in one or more parts (ids and outs per
+// part), to the histograms, tensors spread over workers (each histogram is
+// touched by one worker only).
+func (st *Stats) add(ids [][]string, outs []map[string]*onnx.Tensor, workers int) error {
 	var next atomic.Int64
 	errs := make([]error, len(st.Tensors))
 	var wg sync.WaitGroup
 	for range min(workers, len(st.Tensors)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(st.Tensors) {
 					return
 				}
 				name := st.Tensors[i]
-				t := outs[name]
-				if t == nil {
+				var chunks [][]float32
+				var chunkIDs [][]string
+				for p, o := range outs {
+					if t := o[name]; t != nil {
+						v, _ := t.Data.([]float32)
+						chunks, chunkIDs = append(chunks, v), append(chunkIDs, ids[p])
+					}
+				}
+				if len(chunks) == 0 {
 					continue // derived (see finish) or not produced
 				}
-				v, _ := t.Data.([]float32)
 				var err error
 				if out, ok := st.d.relu[name]; ok {
-					err = addRelu(st.Hist[name], st.Hist[out], v)
+					err = addReluChunks(st.Hist[name], st.Hist[out], chunks)
 				} else {
-					err = st.Hist[name].Add(v)
+					err = st.Hist[name].addChunks(chunks)
 				}
 				if err != nil {
-					var nf *NonFiniteError
-					sample := idRange(ids)
-					if errors.As(err, &nf) && len(ids) > 0 && len(v) > 0 {
-						per := len(v) / len(ids)
-						if per > 0 && nf.Index/per < len(ids) {
-							sample = ids[nf.Index/per]
-						}
-					}
-					errs[i] = &ActivationError{Tensor: name, Sample: sample, Err: err}
+					errs[i] = &ActivationError{Tensor: name, Sample: sampleOf(err, chunks, chunkIDs), Err: err}
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, e := range errs {
-			if e != nil {
-				return e // the first in graph order
-			}
+	for _, e := range errs {
+		if e != nil {
+			return e // the first in graph order
 		}
 	}
-	for _, name := range st.Tensors {
-		if outs[name] != nil {
-			st.Seen[name] += len(ids)
-			if out, ok := st.d.relu[name]; ok {
-				st.Seen[out] += len(ids)
+	for p, o := range outs {
+		for _, name := range st.Tensors {
+			if o[name] != nil {
+				st.Seen[name] += len(ids[p])
+				if out, ok := st.d.relu[name]; ok {
+					st.Seen[out] += len(ids[p])
+				}
 			}
 		}
+		st.Samples += len(ids[p])
+		st.IDs = append(st.IDs, ids[p]...)
 	}
-	st.Samples += len(ids)
-	st.IDs = append(st.IDs, ids...)
 	return nil
+}
+
+// sampleOf names the sample a NonFiniteError's index falls in, counting
+// through chunks of the samples ids; the samples' range when it cannot tell.
+func sampleOf(err error, chunks [][]float32, ids [][]string) string {
+	var all []string
+	for _, c := range ids {
+		all = append(all, c...)
+	}
+	var nf *NonFiniteError
+	if !errors.As(err, &nf) {
+		return idRange(all)
+	}
+	at := nf.Index
+	for p, c := range chunks {
+		if at < len(c) {
+			if n := len(ids[p]); n > 0 && len(c) >= n {
+				return ids[p][at/(len(c)/n)]
+			}
+			break
+		}
+		at -= len(c)
+	}
+	return idRange(all)
 }
 
 // finish counts every sample as seen by the tensors fetched with the first

@@ -117,36 +117,55 @@ func (d derivation) source(name string) string {
 // addRelu adds values to h as Add does and their ReLU to r as r.Add would,
 // with one min/max pass and one counting pass over values for both. ONNX
 // Runtime's ReLU turns a negative value into 0 and keeps -0 (and NaN,
-// which h rejects first). Until both histograms have a bin width it adds
-// them one by one.
+// which h rejects first).
 func addRelu(h, r *Histogram, values []float32) error {
-	if h.width == 0 || r.width == 0 || len(values) == 0 {
-		return addReluSlow(h, r, values)
+	return addReluChunks(h, r, [][]float32{values})
+}
+
+// addReluChunks is addRelu for one batch held in pieces (see
+// Histogram.addChunks). Until both histograms have a bin width it adds
+// them one by one.
+func addReluChunks(h, r *Histogram, chunks [][]float32) error {
+	if h.width == 0 || r.width == 0 {
+		return addReluSlow(h, r, chunks)
 	}
-	bmin, bmax, finite := minMax(values)
-	if !finite {
-		return nonFinite(values)
+	bmin, bmax, n, err := minMaxChunks(chunks)
+	if err != nil || n == 0 {
+		return err
 	}
 	// The ReLU's max is the max when positive; when all are <= 0 it is
 	// ReLU's first value (Add keeps the first of equal zeros). Its min
 	// is the min when positive, else ReLU of the first value <= 0.
 	rmin, rmax := bmin, bmax
-	if bmax <= 0 {
-		rmax = reluOf(values[0])
-	}
-	if bmin <= 0 {
-		for _, v := range values {
+	firstLE, firstAny := float32(0), float32(0)
+	foundLE, foundAny := false, false
+	for _, c := range chunks {
+		for _, v := range c {
+			if !foundAny {
+				firstAny, foundAny = v, true
+			}
 			if v <= 0 {
-				rmin = reluOf(v)
+				firstLE, foundLE = v, true
 				break
 			}
 		}
+		if foundLE || bmin > 0 && foundAny {
+			break
+		}
 	}
-	h.observe(uint64(len(values)), float64(bmin), float64(bmax))
-	r.observe(uint64(len(values)), float64(rmin), float64(rmax))
+	if bmax <= 0 {
+		rmax = reluOf(firstAny)
+	}
+	if bmin <= 0 && foundLE {
+		rmin = reluOf(firstLE)
+	}
+	h.observe(uint64(n), float64(bmin), float64(bmax))
+	r.observe(uint64(n), float64(rmin), float64(rmax))
 	h.cover(math.Max(-float64(bmin), float64(bmax)))
 	r.cover(float64(rmax))
-	countRelu(h.counts, r.counts, values, 1/h.width, 1/r.width)
+	for _, c := range chunks {
+		countRelu(h.counts, r.counts, c, 1/h.width, 1/r.width)
+	}
 	return nil
 }
 
@@ -159,14 +178,17 @@ func reluOf(v float32) float32 {
 	return v
 }
 
-// addReluSlow adds values to h and their ReLU to r with Add.
-func addReluSlow(h, r *Histogram, values []float32) error {
-	if err := h.Add(values); err != nil {
+// addReluSlow adds chunks to h and their ReLU to r with addChunks.
+func addReluSlow(h, r *Histogram, chunks [][]float32) error {
+	if err := h.addChunks(chunks); err != nil {
 		return err
 	}
-	rv := make([]float32, len(values))
-	for i, v := range values {
-		rv[i] = reluOf(v)
+	rc := make([][]float32, len(chunks))
+	for i, c := range chunks {
+		rc[i] = make([]float32, len(c))
+		for j, v := range c {
+			rc[i][j] = reluOf(v)
+		}
 	}
-	return r.Add(rv)
+	return r.addChunks(rc)
 }

@@ -55,22 +55,55 @@ func NewHistogram() *Histogram { return &Histogram{} }
 // Add adds a batch of values. A NaN or infinite value is rejected with a
 // *NonFiniteError and nothing of the batch is added.
 func (h *Histogram) Add(values []float32) error {
-	if len(values) == 0 {
-		return nil
+	return h.addChunks([][]float32{values})
+}
+
+// addChunks adds one batch held in pieces, as Add adds their concatenation;
+// a NonFiniteError's index counts from the start of the first piece.
+func (h *Histogram) addChunks(chunks [][]float32) error {
+	bmin, bmax, n, err := minMaxChunks(chunks)
+	if err != nil || n == 0 {
+		return err
 	}
-	bmin, bmax, finite := minMax(values)
-	if !finite {
-		return nonFinite(values)
-	}
-	h.observe(uint64(len(values)), float64(bmin), float64(bmax))
+	h.observe(uint64(n), float64(bmin), float64(bmax))
 	amax := math.Max(-float64(bmin), float64(bmax))
 	if amax == 0 && h.width == 0 {
-		h.zeros += uint64(len(values))
+		h.zeros += uint64(n)
 		return nil
 	}
 	h.cover(amax)
-	count(h.counts, values, 1/h.width)
+	for _, c := range chunks {
+		count(h.counts, c, 1/h.width)
+	}
 	return nil
+}
+
+// minMaxChunks is minMax over the concatenation of chunks, with the number
+// of values, or a *NonFiniteError for the first NaN or infinity.
+func minMaxChunks(chunks [][]float32) (bmin, bmax float32, n int, err error) {
+	seen := false
+	for _, c := range chunks {
+		if len(c) == 0 {
+			continue
+		}
+		lo, hi, finite := minMax(c)
+		if !finite {
+			nf := nonFinite(c).(*NonFiniteError)
+			nf.Index += n
+			return 0, 0, 0, nf
+		}
+		// Strictly beyond: the first of equal values stays, as in a
+		// scan of the concatenation.
+		if !seen || lo < bmin {
+			bmin = lo
+		}
+		if !seen || hi > bmax {
+			bmax = hi
+		}
+		seen = true
+		n += len(c)
+	}
+	return bmin, bmax, n, nil
 }
 
 // nonFinite reports the first NaN or infinity of values.
