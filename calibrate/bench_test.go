@@ -281,20 +281,29 @@ func peakRSS() uint64 {
 }
 
 // BenchmarkAddBatch is the histogram update Collect makes per tensor, on a
-// tensor of one batch of a 64-channel 28x28 activation.
+// tensor of one batch of a 64-channel 28x28 activation: Add (the kernels,
+// vector paths included in a GOEXPERIMENT=simd build) against
+// addReference (the same two passes as plain loops) in the same process.
 func BenchmarkAddBatch(b *testing.B) {
 	v := gaussian(benchBatch*64*28*28, 1, 1)
-	h := NewHistogram()
-	if err := h.Add(v); err != nil {
-		b.Fatal(err)
+	for _, impl := range []struct {
+		name string
+		add  func(*Histogram, []float32) error
+	}{{"reference", addReference}, {"kernels", (*Histogram).Add}} {
+		b.Run(impl.name, func(b *testing.B) {
+			h := NewHistogram()
+			if err := h.Add(v); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(4 * len(v)))
+			for b.Loop() {
+				if err := impl.add(h, v); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(v)), "ns/value")
+		})
 	}
-	b.SetBytes(int64(4 * len(v)))
-	for b.Loop() {
-		if err := h.Add(v); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(v)), "ns/value")
 }
 
 // BenchmarkAddRelu is BenchmarkAddBatch for a tensor and the ReLU of it
