@@ -42,7 +42,7 @@ test: ort ## run every test (fetches what it needs first)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) test -count=1 ./...
-	GOEXPERIMENT= $(GO) test -count=1 -run 'AddFast|Collect' ./calibrate/  # the scalar kernels too
+	GOEXPERIMENT= $(GO) test -count=1 -run 'AddKernels|AddRelu|Collect' ./calibrate/  # the scalar kernels too
 
 demo: ort build ## the main job on the model kiln ships: inspect, calibrate, convert, lint (output in .cache/demo)
 	$(KILN) inspect --run testdata/tinynet.onnx
