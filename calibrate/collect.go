@@ -127,7 +127,7 @@ type Stats struct {
 	// d says which tensors are derived from others, not fetched.
 	d derivation
 	// free holds the fetched tensors that do not depend on the inputs,
-	// fetched with the first batch only.
+	// fetched with the first run only.
 	free map[string]bool
 }
 
@@ -151,15 +151,18 @@ type CollectOptions struct {
 
 // Collect runs batches through the model with every observed tensor (see
 // Observed) as an extra output and keeps, per tensor, the running min/max and
-// a histogram of |x|. Where the model's batch dimension is free, a batch runs
-// a few samples at a time (see CollectOptions.RunSamples), the first run
-// being one sample, whose values fix the histograms' bin widths. Tensors whose statistics follow exactly from another
-// tensor's values (a ReLU output, a reshaped copy; see derive) are not
-// fetched but derived. Work is pipelined: reading a batch, running ONNX
-// Runtime and adding to the histograms overlap, and the activations of at
-// most two batches are held at once, in memory that is reused from batch to
-// batch, so memory does not grow with the number of samples.
-// A NaN or infinite activation stops the run with an *ActivationError.
+// a histogram of |x|; the first batch fixes the bin widths. Tensors whose
+// statistics follow exactly from another tensor's values (a ReLU output, a
+// reshaped copy; see derive) are not fetched but derived, and tensors that
+// do not depend on the inputs (see inputFree) are fetched with the first
+// run only. Where the model's batch dimension is free, a batch runs a few
+// samples at a time (see CollectOptions.RunSamples; the statistics are the
+// same). Work is pipelined: reading a batch, running ONNX Runtime and adding
+// to the histograms overlap. The activations of the first batch are held
+// until its last run is in; after it, those of at most two runs, in memory
+// that is reused from run to run, so memory does not grow with the number of
+// samples. A NaN or infinite activation stops the run with an
+// *ActivationError.
 func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batch, error], opts CollectOptions) (*Stats, error) {
 	names, err := Observed(m)
 	if err != nil {
@@ -168,8 +171,8 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 	d := derive(m, names)
 	fetch := d.fetched(names)
 	// Tensors that do not depend on the inputs are fetched with the first
-	// batch only (see inputFree); later batches run a second session
-	// without them.
+	// run only (see inputFree); later runs use a second session without
+	// them.
 	free := map[string]bool{}
 	if fetchFreeOnce {
 		free = inputFree(m, fetch)
@@ -215,7 +218,7 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 		hold, last bool
 	}
 	read := make(chan *dataset.Batch, 1)
-	// ran is unbuffered: ONNX Runtime runs one batch ahead of the
+	// ran is unbuffered: ONNX Runtime runs one run ahead of the
 	// histograms, so two sets of activations are alive at a time.
 	ran := make(chan result)
 	// spent takes back the activations the histograms are done with, for

@@ -2,7 +2,7 @@ package calibrate
 
 import "github.com/kiln-ml/kiln/onnx"
 
-// fetchFreeOnce turns on fetching input-free tensors with the first batch
+// fetchFreeOnce turns on fetching input-free tensors with the first run
 // only in Collect (see inputFree); tests turn it off to compare.
 var fetchFreeOnce = true
 
@@ -17,7 +17,7 @@ var randomOps = map[string]bool{
 // the model's inputs: weights a graph computes from initializers
 // (ConstantOfShape, a transposed or reshaped initializer, Constant nodes).
 // Every run gives them the same values, so Collect fetches them with the
-// first batch only: fetching a computed weight on every run (hundreds of MB
+// first run only: fetching a computed weight on every run (hundreds of MB
 // for a fully connected layer) would cost more than the inference. Range
 // methods depend on the shape of a histogram, not on its total, so one run's
 // values give the same ranges as N runs' would. A node with a subgraph or a

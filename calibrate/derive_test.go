@@ -269,7 +269,7 @@ func computedWeights() *onnxpb.ModelProto {
 }
 
 // TestCollectInputFree: tensors that do not depend on the inputs are
-// fetched with the first batch only, yet every sample counts as seen and
+// fetched with the first run only, yet every sample counts as seen and
 // every method picks the range it picks when they are fetched every batch.
 func TestCollectInputFree(t *testing.T) {
 	initORT(t)
