@@ -1,10 +1,6 @@
 package calibrate
 
-import (
-	"math"
-
-	"github.com/kiln-ml/kiln/onnx"
-)
+import "github.com/kiln-ml/kiln/onnx"
 
 // deriveTensors turns on deriving tensors from others in Collect (see
 // derive); tests turn it off to compare with fetching them.
@@ -123,50 +119,42 @@ func addRelu(h, r *Histogram, values []float32) error {
 }
 
 // addReluChunks is addRelu for one batch held in pieces (see
-// Histogram.addChunks). Until both histograms have a bin width it adds
-// them one by one.
+// Histogram.addChunks).
 func addReluChunks(h, r *Histogram, chunks [][]float32) error {
-	if h.width == 0 || r.width == 0 {
-		return addReluSlow(h, r, chunks)
-	}
-	bmin, bmax, n, err := minMaxChunks(chunks)
-	if err != nil || n == 0 {
-		return err
-	}
-	// The ReLU's max is the max when positive; when all are <= 0 it is
-	// ReLU's first value (Add keeps the first of equal zeros). Its min
-	// is the min when positive, else ReLU of the first value <= 0.
-	rmin, rmax := bmin, bmax
-	firstLE, firstAny := float32(0), float32(0)
-	foundLE, foundAny := false, false
+	var s batchScan
 	for _, c := range chunks {
-		for _, v := range c {
-			if !foundAny {
-				firstAny, foundAny = v, true
-			}
-			if v <= 0 {
-				firstLE, foundLE = v, true
-				break
-			}
-		}
-		if foundLE || bmin > 0 && foundAny {
-			break
+		if err := s.add(c); err != nil {
+			return err
 		}
 	}
-	if bmax <= 0 {
-		rmax = reluOf(firstAny)
-	}
-	if bmin <= 0 && foundLE {
-		rmin = reluOf(firstLE)
-	}
-	h.observe(uint64(n), float64(bmin), float64(bmax))
-	r.observe(uint64(n), float64(rmin), float64(rmax))
-	h.cover(math.Max(-float64(bmin), float64(bmax)))
-	r.cover(float64(rmax))
+	countH, countR := beginRelu(h, r, s)
 	for _, c := range chunks {
-		countRelu(h.counts, r.counts, c, 1/h.width, 1/r.width)
+		countBoth(h, r, c, countH, countR)
 	}
 	return nil
+}
+
+// beginRelu begins a batch scanned as s for h and its ReLU for r (see
+// Histogram.begin).
+func beginRelu(h, r *Histogram, s batchScan) (countH, countR bool) {
+	rlo, rhi := s.relu()
+	return h.begin(s.lo, s.hi, s.n), r.begin(rlo, rhi, s.n)
+}
+
+// countBoth counts values into h and their ReLU into r, each if asked.
+func countBoth(h, r *Histogram, values []float32, countH, countR bool) {
+	switch {
+	case countH && countR:
+		countRelu(h.counts, r.counts, values, 1/h.width, 1/r.width)
+	case countH:
+		count(h.counts, values, 1/h.width)
+	case countR: // not reached: a batch with a non-zero ReLU has non-zero values
+		rv := make([]float32, len(values))
+		for i, v := range values {
+			rv[i] = reluOf(v)
+		}
+		count(r.counts, rv, 1/r.width)
+	}
 }
 
 // reluOf is ONNX Runtime's ReLU of a finite v: 0 for a negative v, v (-0
@@ -176,19 +164,4 @@ func reluOf(v float32) float32 {
 		return 0
 	}
 	return v
-}
-
-// addReluSlow adds chunks to h and their ReLU to r with addChunks.
-func addReluSlow(h, r *Histogram, chunks [][]float32) error {
-	if err := h.addChunks(chunks); err != nil {
-		return err
-	}
-	rc := make([][]float32, len(chunks))
-	for i, c := range chunks {
-		rc[i] = make([]float32, len(c))
-		for j, v := range c {
-			rc[i][j] = reluOf(v)
-		}
-	}
-	return r.addChunks(rc)
 }

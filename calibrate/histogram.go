@@ -61,49 +61,97 @@ func (h *Histogram) Add(values []float32) error {
 // addChunks adds one batch held in pieces, as Add adds their concatenation;
 // a NonFiniteError's index counts from the start of the first piece.
 func (h *Histogram) addChunks(chunks [][]float32) error {
-	bmin, bmax, n, err := minMaxChunks(chunks)
-	if err != nil || n == 0 {
-		return err
-	}
-	h.observe(uint64(n), float64(bmin), float64(bmax))
-	amax := math.Max(-float64(bmin), float64(bmax))
-	if amax == 0 && h.width == 0 {
-		h.zeros += uint64(n)
-		return nil
-	}
-	h.cover(amax)
+	var s batchScan
 	for _, c := range chunks {
-		count(h.counts, c, 1/h.width)
+		if err := s.add(c); err != nil {
+			return err
+		}
+	}
+	if h.begin(s.lo, s.hi, s.n) {
+		for _, c := range chunks {
+			count(h.counts, c, 1/h.width)
+		}
 	}
 	return nil
 }
 
-// minMaxChunks is minMax over the concatenation of chunks, with the number
-// of values, or a *NonFiniteError for the first NaN or infinity.
-func minMaxChunks(chunks [][]float32) (bmin, bmax float32, n int, err error) {
-	seen := false
-	for _, c := range chunks {
-		if len(c) == 0 {
-			continue
-		}
-		lo, hi, finite := minMax(c)
-		if !finite {
-			nf := nonFinite(c).(*NonFiniteError)
-			nf.Index += n
-			return 0, 0, 0, nf
-		}
-		// Strictly beyond: the first of equal values stays, as in a
-		// scan of the concatenation.
-		if !seen || lo < bmin {
-			bmin = lo
-		}
-		if !seen || hi > bmax {
-			bmax = hi
-		}
-		seen = true
-		n += len(c)
+// batchScan is what adding a batch needs to know of it before counting it,
+// gathered a piece at a time: the batch's min and max as a first-of-equals
+// scan finds them, the number of values, and, for a ReLU derived from the
+// batch, its first value and first value <= 0.
+type batchScan struct {
+	lo, hi         float32
+	n              int
+	first, firstLE float32
+	hasLE          bool
+}
+
+// add scans the next piece of the batch. A NaN or infinity is a
+// *NonFiniteError whose index counts from the start of the batch.
+func (s *batchScan) add(values []float32) error {
+	if len(values) == 0 {
+		return nil
 	}
-	return bmin, bmax, n, nil
+	lo, hi, finite := minMax(values)
+	if !finite {
+		nf := nonFinite(values).(*NonFiniteError)
+		nf.Index += s.n
+		return nf
+	}
+	// Strictly beyond: the first of equal values stays, as in a scan of
+	// the whole batch.
+	if s.n == 0 || lo < s.lo {
+		s.lo = lo
+	}
+	if s.n == 0 || hi > s.hi {
+		s.hi = hi
+	}
+	if s.n == 0 {
+		s.first = values[0]
+	}
+	if !s.hasLE && lo <= 0 {
+		for _, v := range values {
+			if v <= 0 {
+				s.firstLE, s.hasLE = v, true
+				break
+			}
+		}
+	}
+	s.n += len(values)
+	return nil
+}
+
+// relu is the scan of the batch's ReLU (ONNX Runtime's: 0 for a negative
+// value, -0 kept): its max is the max when positive and else the ReLU of
+// the first value (the first of equal zeros); its min is the min when
+// positive and else the ReLU of the first value <= 0.
+func (s batchScan) relu() (lo, hi float32) {
+	lo, hi = s.lo, s.hi
+	if hi <= 0 {
+		hi = reluOf(s.first)
+	}
+	if lo <= 0 && s.hasLE {
+		lo = reluOf(s.firstLE)
+	}
+	return lo, hi
+}
+
+// begin does what Add does for a batch of n values between lo and hi before
+// counting them: it records them, and either makes the bins cover the batch
+// or, while no bin width is known and the batch is all zeros, counts them
+// as zeros. It reports whether the values are still to be counted.
+func (h *Histogram) begin(lo, hi float32, n int) bool {
+	if n == 0 {
+		return false
+	}
+	h.observe(uint64(n), float64(lo), float64(hi))
+	amax := math.Max(-float64(lo), float64(hi))
+	if amax == 0 && h.width == 0 {
+		h.zeros += uint64(n)
+		return false
+	}
+	h.cover(amax)
+	return true
 }
 
 // nonFinite reports the first NaN or infinity of values.
