@@ -129,6 +129,11 @@ type Stats struct {
 	// free holds the fetched tensors that do not depend on the inputs,
 	// fetched with the first run only.
 	free map[string]bool
+	// scans and begun carry the first batch from its scan to its counted
+	// runs (see Stats.scan); scanned counts the samples scanned.
+	scans   map[string]*batchScan
+	begun   map[string]begun
+	scanned int
 }
 
 // CollectOptions configure Collect.
@@ -208,14 +213,16 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	// A result is one run's samples and activations. The runs of the
-	// first batch are held until its last one is in, so that the first
-	// batch fixes the histograms' bin widths as one batch (see
-	// Histogram.addChunks) however it was split.
+	// A result is one run's samples and activations. When the first
+	// batch is split into several runs, they run twice: a scan (min and
+	// max only, see Stats.scan), after whose last run the histograms
+	// begin the batch as one, and then the runs that are counted. The
+	// first batch thus fixes the bin widths as a whole batch does, with
+	// no more than two runs' activations in memory.
 	type result struct {
 		ids        []string
 		outs       map[string]*onnx.Tensor
-		hold, last bool
+		scan, last bool
 	}
 	read := make(chan *dataset.Batch, 1)
 	// ran is unbuffered: ONNX Runtime runs one run ahead of the
@@ -257,48 +264,64 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 	go func() { // run ONNX Runtime
 		defer wg.Done()
 		defer close(ran)
-		first, switched, hold := true, false, true
+		first, switched, firstBatch := true, false, true
 		for b := range read {
-			for off := 0; off < len(b.IDs); {
-				n := len(b.IDs) - off
-				if split {
-					n = min(n, chunk)
-				}
-				if !first && !switched && len(rest) < len(fetch) {
-					sess.Close()
-					var err error
-					if sess, err = open(rest); err != nil {
-						cancel(err)
+			passes := []bool{false}
+			if firstBatch && split && len(b.IDs) > 1 {
+				passes = []bool{true, false}
+			}
+			firstBatch = false
+			// The counted runs repeat the scan's runs exactly: a tensor
+			// that is not one slice per sample (a mean over the batch)
+			// must show the same values in both.
+			var sizes []int
+			for _, scan := range passes {
+				for run, off := 0, 0; off < len(b.IDs); run++ {
+					n := len(b.IDs) - off
+					switch {
+					case !scan && len(sizes) > 0:
+						n = sizes[run]
+					case split:
+						n = min(n, chunk)
+					}
+					if !first && !switched && len(rest) < len(fetch) {
+						sess.Close()
+						var err error
+						if sess, err = open(rest); err != nil {
+							cancel(err)
+							return
+						}
+						switched = true
+					}
+					var old map[string]*onnx.Tensor
+					select {
+					case old = <-spent:
+					default:
+					}
+					sub := sliceBatch(b, off, off+n)
+					if sub == nil { // not stacked by sample: run it whole
+						sub, n = b, len(b.IDs)
+					}
+					outs, err := sess.RunReuse(ctx, sub.Tensors, nil, old)
+					if err != nil {
+						cancel(fmt.Errorf("batch of samples %s: %w", idRange(sub.IDs), err))
 						return
 					}
-					switched = true
-				}
-				var old map[string]*onnx.Tensor
-				select {
-				case old = <-spent:
-				default:
-				}
-				sub := sliceBatch(b, off, off+n)
-				if sub == nil { // not stacked by sample: run it whole
-					sub, n = b, len(b.IDs)
-				}
-				outs, err := sess.RunReuse(ctx, sub.Tensors, nil, old)
-				if err != nil {
-					cancel(fmt.Errorf("batch of samples %s: %w", idRange(sub.IDs), err))
-					return
-				}
-				if first && split && opts.RunSamples == 0 {
-					chunk = max(1, runBudget/max(1, outputBytes(outs)/n))
-				}
-				first = false
-				off += n
-				select {
-				case ran <- result{sub.IDs, outs, hold, off == len(b.IDs)}:
-				case <-ctx.Done():
-					return
+					if first && split && opts.RunSamples == 0 {
+						chunk = max(1, runBudget/max(1, outputBytes(outs)/n))
+					}
+					first = false
+					off += n
+					if scan {
+						sizes = append(sizes, n)
+					}
+					select {
+					case ran <- result{sub.IDs, outs, scan, off == len(b.IDs)}:
+					case <-ctx.Done():
+						return
+					}
 				}
 			}
-			hold = false
 		}
 	}()
 	workers := opts.Workers
@@ -306,7 +329,6 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 		workers = runtime.GOMAXPROCS(0)
 	}
 	first := true
-	var held []result
 	for r := range ran {
 		if first {
 			st.Tensors = keepFloat(names, r.outs, d)
@@ -316,31 +338,23 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 			}
 			first = false
 		}
-		if r.hold && !r.last {
-			held = append(held, r)
-			continue
+		var err error
+		switch {
+		case r.scan:
+			err = st.scan(r.ids, r.outs, r.last)
+		default:
+			err = st.add(r.ids, r.outs, workers)
 		}
-		parts := append(held, r)
-		held = nil
-		ids := make([][]string, len(parts))
-		outs := make([]map[string]*onnx.Tensor, len(parts))
-		n := 0
-		for i, p := range parts {
-			ids[i], outs[i] = p.ids, p.outs
-			n += len(p.ids)
-		}
-		if err := st.add(ids, outs, workers); err != nil {
+		if err != nil {
 			cancel(err)
 			break
 		}
-		for _, o := range outs {
-			select {
-			case spent <- o:
-			default:
-			}
+		select {
+		case spent <- r.outs:
+		default:
 		}
-		if opts.Progress != nil {
-			opts.Progress(n)
+		if !r.scan && opts.Progress != nil {
+			opts.Progress(len(r.ids))
 		}
 	}
 	cancel(nil) // stop the pipeline if the loop broke early
@@ -431,10 +445,10 @@ func keepFloat(names []string, outs map[string]*onnx.Tensor, d derivation) []str
 	return keep
 }
 
-// add adds one batch's outputs, run in one or more parts (ids and outs per
-// part), to the histograms, tensors spread over workers (each histogram is
-// touched by one worker only).
-func (st *Stats) add(ids [][]string, outs []map[string]*onnx.Tensor, workers int) error {
+// add adds one run's outputs to the histograms, tensors spread over
+// workers (each histogram is touched by one worker only). A run of the first
+// batch after its scan is counted into the bins Stats.scan began.
+func (st *Stats) add(ids []string, outs map[string]*onnx.Tensor, workers int) error {
 	var next atomic.Int64
 	errs := make([]error, len(st.Tensors))
 	var wg sync.WaitGroup
@@ -446,25 +460,28 @@ func (st *Stats) add(ids [][]string, outs []map[string]*onnx.Tensor, workers int
 					return
 				}
 				name := st.Tensors[i]
-				var chunks [][]float32
-				var chunkIDs [][]string
-				for p, o := range outs {
-					if t := o[name]; t != nil {
-						v, _ := t.Data.([]float32)
-						chunks, chunkIDs = append(chunks, v), append(chunkIDs, ids[p])
-					}
-				}
-				if len(chunks) == 0 {
+				t := outs[name]
+				if t == nil {
 					continue // derived (see finish) or not produced
 				}
+				v, _ := t.Data.([]float32)
+				out, relu := st.d.relu[name]
+				if b, ok := st.begun[name]; ok {
+					if relu {
+						countBoth(st.Hist[name], st.Hist[out], v, b.h, b.r)
+					} else if b.h {
+						count(st.Hist[name].counts, v, 1/st.Hist[name].width)
+					}
+					continue
+				}
 				var err error
-				if out, ok := st.d.relu[name]; ok {
-					err = addReluChunks(st.Hist[name], st.Hist[out], chunks)
+				if relu {
+					err = addRelu(st.Hist[name], st.Hist[out], v)
 				} else {
-					err = st.Hist[name].addChunks(chunks)
+					err = st.Hist[name].Add(v)
 				}
 				if err != nil {
-					errs[i] = &ActivationError{Tensor: name, Sample: sampleOf(err, chunks, chunkIDs), Err: err}
+					errs[i] = &ActivationError{Tensor: name, Sample: sampleOf(err, v, ids), Err: err}
 				}
 			}
 		})
@@ -475,43 +492,100 @@ func (st *Stats) add(ids [][]string, outs []map[string]*onnx.Tensor, workers int
 			return e // the first in graph order
 		}
 	}
-	for p, o := range outs {
-		for _, name := range st.Tensors {
-			if o[name] != nil {
-				st.Seen[name] += len(ids[p])
-				if out, ok := st.d.relu[name]; ok {
-					st.Seen[out] += len(ids[p])
-				}
-			}
-		}
-		st.Samples += len(ids[p])
-		st.IDs = append(st.IDs, ids[p]...)
+	st.count(ids, outs)
+	st.Samples += len(ids)
+	st.IDs = append(st.IDs, ids...)
+	if st.Samples == st.scanned {
+		st.begun = nil // the first batch is in
 	}
 	return nil
 }
 
-// sampleOf names the sample a NonFiniteError's index falls in, counting
-// through chunks of the samples ids; the samples' range when it cannot tell.
-func sampleOf(err error, chunks [][]float32, ids [][]string) string {
-	var all []string
-	for _, c := range ids {
-		all = append(all, c...)
-	}
-	var nf *NonFiniteError
-	if !errors.As(err, &nf) {
-		return idRange(all)
-	}
-	at := nf.Index
-	for p, c := range chunks {
-		if at < len(c) {
-			if n := len(ids[p]); n > 0 && len(c) >= n {
-				return ids[p][at/(len(c)/n)]
+// count counts the samples of a run as seen by the tensors it produced.
+func (st *Stats) count(ids []string, outs map[string]*onnx.Tensor) {
+	for _, name := range st.Tensors {
+		if outs[name] != nil {
+			st.Seen[name] += len(ids)
+			if out, ok := st.d.relu[name]; ok {
+				st.Seen[out] += len(ids)
 			}
-			break
 		}
-		at -= len(c)
 	}
-	return idRange(all)
+}
+
+// scan takes one run of the first batch's scan: it keeps each tensor's
+// batchScan and, after the last run, begins the batch in every histogram as
+// Add would the whole batch (Histogram.begin), so that the batch's runs are
+// then counted into bins that already cover it. Tensors that do not depend
+// on the inputs come with the first run only, so they are added whole.
+func (st *Stats) scan(ids []string, outs map[string]*onnx.Tensor, last bool) error {
+	if st.scans == nil {
+		st.scans = map[string]*batchScan{}
+	}
+	free := map[string]*onnx.Tensor{}
+	for _, name := range st.Tensors {
+		t := outs[name]
+		if t == nil {
+			continue
+		}
+		if st.free[name] {
+			free[name] = t
+			continue
+		}
+		v, _ := t.Data.([]float32)
+		s := st.scans[name]
+		if s == nil {
+			s = &batchScan{}
+			st.scans[name] = s
+		}
+		if err := s.add(v); err != nil {
+			// The index counts from the batch's start; name the sample
+			// within this run.
+			var nf *NonFiniteError
+			if errors.As(err, &nf) {
+				nf.Index -= s.n
+			}
+			return &ActivationError{Tensor: name, Sample: sampleOf(err, v, ids), Err: err}
+		}
+	}
+	if len(free) > 0 {
+		if err := st.add(ids, free, 1); err != nil {
+			return err
+		}
+		st.Samples -= len(ids) // counted with the batch's counted runs
+		st.IDs = st.IDs[:len(st.IDs)-len(ids)]
+	}
+	st.scanned += len(ids)
+	if !last {
+		return nil
+	}
+	st.begun = map[string]begun{}
+	for name, s := range st.scans {
+		if out, ok := st.d.relu[name]; ok {
+			h, r := beginRelu(st.Hist[name], st.Hist[out], *s)
+			st.begun[name] = begun{h, r}
+		} else {
+			st.begun[name] = begun{h: st.Hist[name].begin(s.lo, s.hi, s.n)}
+		}
+	}
+	st.scans = nil
+	return nil
+}
+
+// begun says, for a tensor whose first batch was scanned, whether its runs
+// are to be counted (h) and its derived ReLU's (r).
+type begun struct{ h, r bool }
+
+// sampleOf names the sample of ids that a NonFiniteError's index into v,
+// one run's values, falls in; the samples' range when it cannot tell.
+func sampleOf(err error, v []float32, ids []string) string {
+	var nf *NonFiniteError
+	if errors.As(err, &nf) && len(ids) > 0 && len(v) >= len(ids) {
+		if k := nf.Index / (len(v) / len(ids)); k < len(ids) {
+			return ids[k]
+		}
+	}
+	return idRange(ids)
 }
 
 // finish counts every sample as seen by the tensors fetched with the first

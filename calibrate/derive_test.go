@@ -296,6 +296,8 @@ func TestCollectInputFree(t *testing.T) {
 		return st
 	}
 	every, once := collect(false), collect(true)
+	checkCounts(t, every)
+	checkCounts(t, once)
 	// The input's statistics cover every batch (ONNX Runtime does not
 	// write a graph input fetched as an output into reused memory).
 	lo, hi := math.Inf(1), math.Inf(-1)
@@ -379,6 +381,7 @@ func TestCollectChunked(t *testing.T) {
 			whole := collect(-1)
 			for _, run := range []int{0, 1, 5} {
 				got := collect(run)
+				checkCounts(t, got)
 				if !slices.Equal(whole.IDs, got.IDs) || whole.Samples != got.Samples {
 					t.Fatalf("RunSamples %d: samples %d %v, want %d %v", run, got.Samples, got.IDs, whole.Samples, whole.IDs)
 				}
@@ -388,6 +391,40 @@ func TestCollectChunked(t *testing.T) {
 					}
 				}
 			}
+			// A NaN in one sample, of the first batch (scanned first)
+			// or a later one, is named by that sample.
+			for _, at := range []struct{ batch, sample int }{{0, 0}, {0, 17}, {1, 9}} {
+				for _, run := range []int{-1, 0, 5} {
+					bad := slices.Clone(batches)
+					b := *bad[at.batch]
+					x := *b.Tensors["images"]
+					v := slices.Clone(x.Data.([]float32))
+					v[at.sample*len(v)/len(b.IDs)+3] = float32(math.NaN())
+					x.Data = v
+					b.Tensors = map[string]*onnx.Tensor{"images": &x}
+					bad[at.batch] = &b
+					_, err := Collect(context.Background(), m, replay(bad), CollectOptions{RunSamples: run})
+					var ae *ActivationError
+					if !errors.As(err, &ae) || ae.Tensor != "images" || ae.Sample != b.IDs[at.sample] {
+						t.Errorf("RunSamples %d, NaN in sample %s: %v, want an *ActivationError for images in that sample", run, b.IDs[at.sample], err)
+					}
+				}
+			}
 		})
+	}
+}
+
+// checkCounts: every histogram of st has counted each value it recorded
+// exactly once.
+func checkCounts(t *testing.T, st *Stats) {
+	t.Helper()
+	for name, h := range st.Hist {
+		sum := h.zeros
+		for _, c := range h.Counts() {
+			sum += c
+		}
+		if sum != h.Count() {
+			t.Errorf("tensor %s: %d values in the bins, %d recorded", name, sum, h.Count())
+		}
 	}
 }
