@@ -162,12 +162,12 @@ type CollectOptions struct {
 // do not depend on the inputs (see inputFree) are fetched with the first
 // run only. Where the model's batch dimension is free, a batch runs a few
 // samples at a time (see CollectOptions.RunSamples; the statistics are the
-// same). Work is pipelined: reading a batch, running ONNX Runtime and adding
-// to the histograms overlap. The activations of the first batch are held
-// until its last run is in; after it, those of at most two runs, in memory
-// that is reused from run to run, so memory does not grow with the number of
-// samples. A NaN or infinite activation stops the run with an
-// *ActivationError.
+// same; a split first batch runs twice, first for its range). Work is
+// pipelined: reading a batch, running ONNX Runtime and adding to the
+// histograms overlap, and the activations of at most two runs are alive at a
+// time, in memory that is reused from run to run, so memory does not grow
+// with the number of samples. A NaN or infinite activation stops the run
+// with an *ActivationError.
 func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batch, error], opts CollectOptions) (*Stats, error) {
 	names, err := Observed(m)
 	if err != nil {
