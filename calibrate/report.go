@@ -24,6 +24,9 @@ type Report struct {
 	Batch              int    `json:"batch"`
 	CalibrationSamples int    `json:"calibration_samples"`
 	ValidationSamples  int    `json:"validation_samples"`
+	// UnusedSamples are drawn samples left out because the model fixes
+	// its batch size and they make no full batch.
+	UnusedSamples int `json:"unused_samples,omitempty"`
 	// TensorRanges is the number of tensors in ranges.json and the cache.
 	TensorRanges int `json:"tensor_ranges"`
 	// TRTVersion is the version number in the cache header.
@@ -70,6 +73,9 @@ func (r *Report) Markdown() []byte {
 	p("| dataset | `%s` (%s) |\n", r.Dataset, r.DatasetDigest)
 	p("| method | %s |\n", r.Method)
 	p("| samples | %d calibration, %d validation, batch %d |\n", r.CalibrationSamples, r.ValidationSamples, r.Batch)
+	if r.UnusedSamples > 0 {
+		p("| unused samples | %d (the model fixes batch %d; they make no full batch) |\n", r.UnusedSamples, r.Batch)
+	}
 	p("| ranges | %d tensors (ranges.json, calibration.cache `TRT-%d-%s`, ort/) |\n", r.TensorRanges, r.TRTVersion, EntropyCalibration2)
 	if q := r.Quantization; q != nil {
 		perChannel := 0

@@ -191,17 +191,23 @@ func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[strin
 	if method == "" {
 		method = Entropy
 	}
+	// fixed is the batch size the model fixes (0: free or no batch).
+	fixed := 0
+	for _, in := range sig {
+		if d := in.Shape.Dims; dataset.Batched(sig) && len(d) > 0 && d[0].Known {
+			fixed = int(d[0].Value)
+		}
+	}
 	batch := cfg.Batch
-	if batch == 0 {
+	switch {
+	case batch == 0 && fixed > 0:
+		batch = fixed
+	case batch == 0 && dataset.Batched(sig):
 		batch = DefaultBatch
-		if !dataset.Batched(sig) {
-			batch = 1
-		}
-		for _, in := range sig {
-			if d := in.Shape.Dims; dataset.Batched(sig) && len(d) > 0 && d[0].Known {
-				batch = int(d[0].Value)
-			}
-		}
+	case batch == 0:
+		batch = 1
+	case fixed > 0 && batch != fixed:
+		return nil, nil, fmt.Errorf("batch %d: the model fixes its batch dimension at %d", batch, fixed)
 	}
 	spec := cfg.Data
 	spec.Inputs = sig
@@ -226,6 +232,16 @@ func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[strin
 		valid = nil
 	case cfg.Validation > 0 && len(valid) > cfg.Validation:
 		valid = valid[:cfg.Validation]
+	}
+	// A model that fixes its batch runs full batches only: the samples
+	// past the last full batch are left out, and counted in the report.
+	unused := 0
+	if fixed > 1 {
+		unused = len(calib)%fixed + len(valid)%fixed
+		calib, valid = calib[:len(calib)-len(calib)%fixed], valid[:len(valid)-len(valid)%fixed]
+		if len(calib) == 0 {
+			return nil, nil, fmt.Errorf("the model fixes its batch dimension at %d, and the %d calibration samples make no full batch", fixed, unused)
+		}
 	}
 	name := strings.TrimSuffix(filepath.Base(cfg.Model), filepath.Ext(cfg.Model))
 	bopts := dataset.BatchOptions{Size: batch, Inputs: sig}
@@ -263,7 +279,7 @@ func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[strin
 	models = append(models, q)
 	rep := &Report{
 		Model: cfg.Model, ModelDigest: ranges.ModelDigest, Dataset: cfg.Data.Path, DatasetDigest: ranges.DatasetDigest,
-		Method: method, Batch: batch, CalibrationSamples: stats.Samples, TensorRanges: len(ranges.Tensors),
+		Method: method, Batch: batch, CalibrationSamples: stats.Samples, UnusedSamples: unused, TensorRanges: len(ranges.Tensors),
 		TRTVersion: cfg.TRTVersion, Exclude: cfg.Exclude, Quantization: q,
 	}
 	if rep.TRTVersion == 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/kiln-ml/kiln/internal/testmodels"
 	"github.com/kiln-ml/kiln/internal/testutil"
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"github.com/kiln-ml/kiln/ort"
 )
 
@@ -306,4 +307,66 @@ func intOnly() *onnx.Model {
 	b.Rename("y")
 	b.Output("y", onnx.Int64, "N", 4)
 	return &onnx.Model{Proto: b.Model(13, 7)}
+}
+
+// fixedBatch is a one-Conv model whose batch dimension is fixed at 4.
+func fixedBatch() *onnxpb.ModelProto {
+	b := testmodels.NewBuilder("fixed", 1)
+	x := b.Input("x", onnx.Float, 4, 3, 8, 8)
+	b.Node("Conv", []string{x, b.He("w", 27, 4, 3, 3, 3)}, testmodels.Ints("kernel_shape", 3, 3))
+	b.Rename("y")
+	b.Output("y", onnx.Float, 4, 4, 6, 6)
+	return b.Model(13, 7)
+}
+
+// TestRunFixedBatch: a model that fixes its batch size runs full batches
+// only. Samples past the last full batch are left out and counted in the
+// report; too few samples for one batch, or a batch size the model does not
+// take, is a clear error and writes nothing.
+func TestRunFixedBatch(t *testing.T) {
+	initORT(t)
+	dir := t.TempDir()
+	model := writeModel(t, dir, "fixed.onnx", fixedBatch())
+	npy := func(sub string, n int) string {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return writeNpy(t, filepath.Join(dir, sub), "x", n, []int64{3, 8, 8}, 1)
+	}
+	ten, three := npy("ten", 10), npy("three", 3)
+
+	out := filepath.Join(dir, "out")
+	rep, err := Run(context.Background(), Config{Model: model, Data: dataset.Spec{Path: ten}}, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 10 samples: 5 calibrate and 5 validate, 4 of each in full batches.
+	if rep.Batch != 4 || rep.CalibrationSamples != 4 || rep.ValidationSamples != 4 || rep.UnusedSamples != 2 {
+		t.Errorf("batch %d, %d calibration, %d validation, %d unused samples; want 4, 4, 4, 2",
+			rep.Batch, rep.CalibrationSamples, rep.ValidationSamples, rep.UnusedSamples)
+	}
+	checkOutputs(t, out, rep)
+	if md, err := os.ReadFile(filepath.Join(out, "report.md")); err != nil || !strings.Contains(string(md), "| unused samples | 2 ") {
+		t.Errorf("report.md does not count the unused samples (%v)", err)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		wants []string
+	}{
+		{"no full batch", Config{Model: model, Data: dataset.Spec{Path: three}, CalibShare: 3}, []string{"fixes its batch dimension at 4", "3 calibration samples"}},
+		{"other batch size", Config{Model: model, Data: dataset.Spec{Path: ten}, Batch: 8}, []string{"batch 8", "fixes its batch dimension at 4"}},
+	} {
+		out := filepath.Join(dir, "out-"+strings.ReplaceAll(tc.name, " ", "-"))
+		_, err := Run(context.Background(), tc.cfg, out)
+		for _, w := range tc.wants {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: Run = %v, want an error with %q", tc.name, err, w)
+			}
+		}
+		if _, serr := os.Stat(out); !errors.Is(serr, os.ErrNotExist) {
+			t.Errorf("%s: Run left %s behind", tc.name, out)
+		}
+	}
 }

@@ -190,6 +190,9 @@ func printCalibration(w io.Writer, format, dir string, r *calibrate.Report) erro
 	}
 	fmt.Fprintf(w, "calibrated %s with %s on %d samples: %d tensor ranges, cache TRT-%d\n",
 		r.Model, r.Method, r.CalibrationSamples, r.TensorRanges, r.TRTVersion)
+	if r.UnusedSamples > 0 {
+		fmt.Fprintf(w, "%d samples unused: the model fixes its batch at %d and they make no full batch\n", r.UnusedSamples, r.Batch)
+	}
 	if q := r.Quantization; q != nil {
 		fmt.Fprintf(w, "Q/DQ model: opset %d, %d activations, %d int8 weights, %d layers quantized", q.Opset, len(q.Activations), len(q.Weights), len(q.Layers))
 		if len(q.Excluded) > 0 {
