@@ -1,6 +1,7 @@
 package calibrate
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -52,17 +53,22 @@ func writeNpy(t testing.TB, dir, input string, n int, dims []int64, seed uint64)
 			data[s*per+i] = float32(0.8*math.Sin(a*float64(i)/float64(per)*6+b) + 0.2*(2*c-1))
 		}
 	}
-	tn, err := onnx.NewTensor(input, append([]int64{int64(n)}, dims...), data)
+	return saveNpy(t, filepath.Join(dir, input+".npy"), input, append([]int64{int64(n)}, dims...), data)
+}
+
+// saveNpy writes a tensor of the given shape and data (any slice type
+// onnx.NewTensor takes) as a .npy file and returns its path.
+func saveNpy(t testing.TB, path, name string, dims []int64, data any) string {
+	t.Helper()
+	tn, err := onnx.NewTensor(name, dims, data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, input+".npy")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	if err := dataset.WriteNpy(f, tn); err != nil {
+	if err := errors.Join(dataset.WriteNpy(f, tn), f.Close()); err != nil {
 		t.Fatal(err)
 	}
 	return path

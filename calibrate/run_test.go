@@ -215,19 +215,7 @@ func TestRunBadInput(t *testing.T) {
 		return p
 	}
 	npyOf := func(name string, dims []int64, data any) string {
-		tn, err := onnx.NewTensor("images", dims, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if err := dataset.WriteNpy(f, tn); err != nil {
-			t.Fatal(err)
-		}
-		return f.Name()
+		return saveNpy(t, filepath.Join(dir, name), "images", dims, data)
 	}
 	nan := make([]float32, 4*3*32*32)
 	nan[2*3*32*32+5] = float32(math.NaN()) // sample 2 calibrates
