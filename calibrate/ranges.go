@@ -99,14 +99,7 @@ func (r Ranges) Marshal() ([]byte, error) {
 	if r.Tensors == nil {
 		r.Tensors = []TensorRange{}
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(r); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
+	return indentJSON(r)
 }
 
 // ParseRanges parses and validates a ranges file.

@@ -52,12 +52,16 @@ func (r *Report) worst() {
 }
 
 // JSON renders the report as indented JSON with a final newline.
-func (r *Report) JSON() ([]byte, error) {
+func (r *Report) JSON() ([]byte, error) { return indentJSON(r) }
+
+// indentJSON renders v as two-space indented JSON with a final newline,
+// leaving <, > and & as they are: the form of kiln's JSON files.
+func indentJSON(v any) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(r); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
