@@ -399,36 +399,15 @@ func qdqNode(op, name string, inputs []string, output string, axis int) *onnxpb.
 	return n
 }
 
-// namer hands out value and node names not used in the graph yet.
-type namer struct{ used map[string]bool }
+// namer hands out value and node names not used in the graph yet, with
+// suffixes from _2, and adds initializers under them.
+type namer struct{ *onnx.Names }
 
-func newNamer(g *onnxpb.GraphProto) *namer {
-	n := &namer{used: map[string]bool{}}
-	for _, v := range g.GetInput() {
-		n.used[v.GetName()] = true
-	}
-	for _, t := range g.GetInitializer() {
-		n.used[t.GetName()] = true
-	}
-	for _, nd := range g.GetNode() {
-		n.used[nd.GetName()] = true
-		for _, o := range nd.GetOutput() {
-			n.used[o] = true
-		}
-	}
-	return n
-}
+func newNamer(g *onnxpb.GraphProto) namer { return namer{onnx.NewNames(g, 2)} }
 
-func (n *namer) value(base string) string {
-	name := base
-	for i := 2; n.used[name]; i++ {
-		name = fmt.Sprintf("%s_%d", base, i)
-	}
-	n.used[name] = true
-	return name
-}
+func (n namer) value(base string) string { return n.Fresh(base) }
 
-func (n *namer) init(g *onnxpb.GraphProto, base string, dims []int64, data any) string {
+func (n namer) init(g *onnxpb.GraphProto, base string, dims []int64, data any) string {
 	name := n.value(base)
 	t, err := onnx.NewTensor(name, dims, data)
 	if err == nil {

@@ -191,7 +191,7 @@ func fp16Evidence(m *onnx.Model) string {
 		}
 		return nil
 	})
-	walkGraphs(m.Graph(), func(g *onnxpb.GraphProto) {
+	onnx.WalkGraphs(m.Graph(), func(g *onnxpb.GraphProto) {
 		for _, list := range [][]*onnxpb.ValueInfoProto{g.GetInput(), g.GetOutput(), g.GetValueInfo()} {
 			for _, v := range list {
 				if why == "" && v.GetType().GetTensorType().GetElemType() == int32(onnx.Float16) {
@@ -206,22 +206,6 @@ func fp16Evidence(m *onnx.Model) string {
 		}
 	})
 	return why
-}
-
-// walkGraphs calls fn for g and every subgraph below it.
-func walkGraphs(g *onnxpb.GraphProto, fn func(*onnxpb.GraphProto)) {
-	if g == nil {
-		return
-	}
-	fn(g)
-	for _, n := range g.GetNode() {
-		for _, a := range n.GetAttribute() {
-			walkGraphs(a.G, fn)
-			for _, sg := range a.GetGraphs() {
-				walkGraphs(sg, fn)
-			}
-		}
-	}
 }
 
 func nodeLabel(n *onnxpb.NodeProto) string {

@@ -70,7 +70,7 @@ type converter struct {
 	opset     int64
 	opBlock   map[string]bool
 	nodeBlock map[string]bool
-	used      map[string]bool // every value and node name, for fresh names
+	names     *onnx.Names // fresh value and node names
 	report    *FP16Report
 	converted int // float32 values computed in float16
 	scopes    []*scope
@@ -82,34 +82,12 @@ func newConverter(m *onnx.Model, opts FP16Options, opset int64) *converter {
 	if ops == nil {
 		ops = DefaultFP16BlockList
 	}
-	c := &converter{m: m, opts: opts, lim: limits{float32(lo), float32(hi)}, opset: opset,
-		opBlock: setOf(ops...), nodeBlock: setOf(opts.NodeBlockList...), used: map[string]bool{},
+	return &converter{m: m, opts: opts, lim: limits{float32(lo), float32(hi)}, opset: opset,
+		opBlock: setOf(ops...), nodeBlock: setOf(opts.NodeBlockList...), names: onnx.NewNames(m.Graph(), 1),
 		report: &FP16Report{}}
-	walkGraphs(m.Graph(), func(g *onnxpb.GraphProto) {
-		for _, v := range g.GetInput() {
-			c.used[v.GetName()] = true
-		}
-		for _, t := range g.GetInitializer() {
-			c.used[t.GetName()] = true
-		}
-		for _, n := range g.GetNode() {
-			c.used[n.GetName()] = true
-			for _, o := range n.GetOutput() {
-				c.used[o] = true
-			}
-		}
-	})
-	return c
 }
 
-func (c *converter) fresh(base string) string {
-	name := base
-	for i := 1; c.used[name]; i++ {
-		name = fmt.Sprintf("%s_%d", base, i)
-	}
-	c.used[name] = true
-	return name
-}
+func (c *converter) fresh(base string) string { return c.names.Fresh(base) }
 
 func (c *converter) run() error {
 	root := &scope{c: c, g: c.m.Graph(), main: true}
