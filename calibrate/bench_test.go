@@ -177,7 +177,7 @@ func BenchmarkCalibrate(b *testing.B) {
 			// batch dimension is free.
 			chunk := batch
 			if splittable(m) {
-				outs, err := runOnce(adata, sliceBatch(all[0], 0, 1))
+				outs, err := runOnce(adata, all[0].Slice(0, 1))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -269,7 +269,7 @@ func chunked(batches []*dataset.Batch, k int) []*dataset.Batch {
 	var out []*dataset.Batch
 	for _, bt := range batches {
 		for i := 0; i < len(bt.IDs); i += k {
-			out = append(out, sliceBatch(bt, i, min(i+k, len(bt.IDs))))
+			out = append(out, bt.Slice(i, min(i+k, len(bt.IDs))))
 		}
 	}
 	return out

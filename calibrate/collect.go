@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"reflect"
 	"runtime"
 	"slices"
 	"sync"
@@ -298,7 +297,7 @@ func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batc
 					case old = <-spent:
 					default:
 					}
-					sub := sliceBatch(b, off, off+n)
+					sub := b.Slice(off, off+n)
 					if sub == nil { // not stacked by sample: run it whole
 						sub, n = b, len(b.IDs)
 					}
@@ -393,32 +392,6 @@ func splittable(m *onnx.Model) bool {
 		}
 	}
 	return len(ins) > 0
-}
-
-// sliceBatch returns samples [i, j) of b, sharing its memory; b itself when
-// that is all of it, and nil when a tensor is not stacked along its first
-// dimension.
-func sliceBatch(b *dataset.Batch, i, j int) *dataset.Batch {
-	n := len(b.IDs)
-	if i == 0 && j == n {
-		return b
-	}
-	for _, t := range b.Tensors {
-		if len(t.Dims) == 0 || t.Dims[0] != int64(n) || reflect.ValueOf(t.Data).Len()%n != 0 {
-			return nil
-		}
-	}
-	sub := &dataset.Batch{IDs: b.IDs[i:j], Tensors: make(map[string]*onnx.Tensor, len(b.Tensors))}
-	if len(b.Labels) == n {
-		sub.Labels = b.Labels[i:j]
-	}
-	for name, t := range b.Tensors {
-		data := reflect.ValueOf(t.Data)
-		per := data.Len() / n
-		dims := append([]int64{int64(j - i)}, t.Dims[1:]...)
-		sub.Tensors[name] = &onnx.Tensor{Name: t.Name, Type: t.Type, Dims: dims, Data: data.Slice(i*per, j*per).Interface()}
-	}
-	return sub
 }
 
 // outputBytes is the memory of a run's outputs.

@@ -189,6 +189,31 @@ type Batch struct {
 	Tensors map[string]*onnx.Tensor
 }
 
+// Slice returns samples [i, j) of b, sharing its memory: b itself when that
+// is all of it, and nil when a tensor is not stacked along dimension 0.
+func (b *Batch) Slice(i, j int) *Batch {
+	n := len(b.IDs)
+	if i == 0 && j == n {
+		return b
+	}
+	for _, t := range b.Tensors {
+		if len(t.Dims) == 0 || t.Dims[0] != int64(n) || t.Len()%n != 0 {
+			return nil
+		}
+	}
+	sub := &Batch{IDs: b.IDs[i:j], Tensors: make(map[string]*onnx.Tensor, len(b.Tensors))}
+	if len(b.Labels) == n {
+		sub.Labels = b.Labels[i:j]
+	}
+	for name, t := range b.Tensors {
+		per := t.Len() / n
+		dims := append([]int64{int64(j - i)}, t.Dims[1:]...)
+		data := reflect.ValueOf(t.Data).Slice(i*per, j*per).Interface()
+		sub.Tensors[name] = &onnx.Tensor{Name: t.Name, Type: t.Type, Dims: dims, Data: data}
+	}
+	return sub
+}
+
 // Batches reads the samples of src in the given order (nil: 0..Len()-1)
 // and yields them in batches. Iteration stops after the first error, which
 // is yielded with a nil batch. Only one batch is in memory at a time.

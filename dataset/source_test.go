@@ -304,3 +304,38 @@ func TestLocalListFollowsLinks(t *testing.T) {
 		t.Errorf("List(%s) = %v, %v, want %v", link, got, err, want)
 	}
 }
+
+// TestBatchSlice: a slice of a batch is its samples [i, j), sharing the
+// batch's memory; the whole range is the batch itself, and a batch with a
+// tensor not stacked by sample cannot be sliced.
+func TestBatchSlice(t *testing.T) {
+	x := []float32{0, 1, 2, 3, 4, 5, 6, 7}
+	b := &Batch{
+		IDs: []string{"a", "b", "c", "d"}, Labels: []int64{10, 11, 12, 13},
+		Tensors: map[string]*onnx.Tensor{
+			"x":   {Name: "x", Type: onnx.Float, Dims: []int64{4, 2}, Data: x},
+			"ids": {Name: "ids", Type: onnx.Int64, Dims: []int64{4}, Data: []int64{7, 8, 9, 10}},
+		},
+	}
+	s := b.Slice(1, 3)
+	if !slices.Equal(s.IDs, []string{"b", "c"}) || !slices.Equal(s.Labels, []int64{11, 12}) {
+		t.Errorf("Slice(1, 3): IDs %v labels %v, want [b c] [11 12]", s.IDs, s.Labels)
+	}
+	if got := s.Tensors["x"]; !slices.Equal(got.Dims, []int64{2, 2}) || !slices.Equal(got.Data.([]float32), []float32{2, 3, 4, 5}) {
+		t.Errorf("Slice(1, 3) x = %v %v, want [2 2] [2 3 4 5]", got.Dims, got.Data)
+	}
+	if got := s.Tensors["ids"].Data.([]int64); !slices.Equal(got, []int64{8, 9}) {
+		t.Errorf("Slice(1, 3) ids = %v, want [8 9]", got)
+	}
+	s.Tensors["x"].Data.([]float32)[0] = 42
+	if x[2] != 42 {
+		t.Error("Slice copied the data; want it shared with the batch")
+	}
+	if b.Slice(0, 4) != b {
+		t.Error("Slice(0, 4) is not the batch itself")
+	}
+	b.Tensors["scalar"] = &onnx.Tensor{Name: "scalar", Type: onnx.Float, Dims: []int64{}, Data: []float32{1}}
+	if b.Slice(0, 2) != nil {
+		t.Error("Slice of a batch with an unstacked tensor is not nil")
+	}
+}
