@@ -115,22 +115,12 @@ func (d derivation) source(name string) string {
 // Runtime's ReLU turns a negative value into 0 and keeps -0 (and NaN,
 // which h rejects first).
 func addRelu(h, r *Histogram, values []float32) error {
-	return addReluChunks(h, r, [][]float32{values})
-}
-
-// addReluChunks is addRelu for one batch held in pieces (see
-// Histogram.addChunks).
-func addReluChunks(h, r *Histogram, chunks [][]float32) error {
 	var s batchScan
-	for _, c := range chunks {
-		if err := s.add(c); err != nil {
-			return err
-		}
+	if err := s.add(values); err != nil {
+		return err
 	}
 	countH, countR := beginRelu(h, r, s)
-	for _, c := range chunks {
-		countBoth(h, r, c, countH, countR)
-	}
+	countBoth(h, r, values, countH, countR)
 	return nil
 }
 

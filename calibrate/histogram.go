@@ -55,22 +55,12 @@ func NewHistogram() *Histogram { return &Histogram{} }
 // Add adds a batch of values. A NaN or infinite value is rejected with a
 // *NonFiniteError and nothing of the batch is added.
 func (h *Histogram) Add(values []float32) error {
-	return h.addChunks([][]float32{values})
-}
-
-// addChunks adds one batch held in pieces, as Add adds their concatenation;
-// a NonFiniteError's index counts from the start of the first piece.
-func (h *Histogram) addChunks(chunks [][]float32) error {
 	var s batchScan
-	for _, c := range chunks {
-		if err := s.add(c); err != nil {
-			return err
-		}
+	if err := s.add(values); err != nil {
+		return err
 	}
 	if h.begin(s.lo, s.hi, s.n) {
-		for _, c := range chunks {
-			count(h.counts, c, 1/h.width)
-		}
+		count(h.counts, values, 1/h.width)
 	}
 	return nil
 }
