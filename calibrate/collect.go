@@ -422,6 +422,20 @@ func keepFloat(names []string, outs map[string]*onnx.Tensor, d derivation) []str
 // workers (each histogram is touched by one worker only). A run of the first
 // batch after its scan is counted into the bins Stats.scan began.
 func (st *Stats) add(ids []string, outs map[string]*onnx.Tensor, workers int) error {
+	if err := st.addTensors(ids, outs, workers); err != nil {
+		return err
+	}
+	st.Samples += len(ids)
+	st.IDs = append(st.IDs, ids...)
+	if st.Samples == st.scanned {
+		st.begun = nil // the first batch is in
+	}
+	return nil
+}
+
+// addTensors adds a run's outputs to the histograms and counts the run's
+// samples as seen by each tensor it produced.
+func (st *Stats) addTensors(ids []string, outs map[string]*onnx.Tensor, workers int) error {
 	var next atomic.Int64
 	errs := make([]error, len(st.Tensors))
 	var wg sync.WaitGroup
@@ -465,17 +479,6 @@ func (st *Stats) add(ids []string, outs map[string]*onnx.Tensor, workers int) er
 			return e // the first in graph order
 		}
 	}
-	st.count(ids, outs)
-	st.Samples += len(ids)
-	st.IDs = append(st.IDs, ids...)
-	if st.Samples == st.scanned {
-		st.begun = nil // the first batch is in
-	}
-	return nil
-}
-
-// count counts the samples of a run as seen by the tensors it produced.
-func (st *Stats) count(ids []string, outs map[string]*onnx.Tensor) {
 	for _, name := range st.Tensors {
 		if outs[name] != nil {
 			st.Seen[name] += len(ids)
@@ -484,6 +487,7 @@ func (st *Stats) count(ids []string, outs map[string]*onnx.Tensor) {
 			}
 		}
 	}
+	return nil
 }
 
 // scan takes one run of the first batch's scan: it keeps each tensor's
@@ -522,11 +526,10 @@ func (st *Stats) scan(ids []string, outs map[string]*onnx.Tensor, last bool) err
 		}
 	}
 	if len(free) > 0 {
-		if err := st.add(ids, free, 1); err != nil {
+		// The samples themselves count with the batch's counted runs.
+		if err := st.addTensors(ids, free, 1); err != nil {
 			return err
 		}
-		st.Samples -= len(ids) // counted with the batch's counted runs
-		st.IDs = st.IDs[:len(st.IDs)-len(ids)]
 	}
 	st.scanned += len(ids)
 	if !last {
