@@ -86,3 +86,24 @@ func countReluSIMD(hc, rc []uint64, values []float32, inv, rinv float64) {
 	}
 	countReluScalar(hc, rc, values[i:], inv, rinv)
 }
+
+// zeroSigns gives a min or max of zero the sign a first-of-equals scan
+// gives it: that of the first zero of the batch. Vector min and max do not
+// keep track of which zero they kept.
+func zeroSigns(values []float32, lo, hi float32) (float32, float32) {
+	if lo != 0 && hi != 0 {
+		return lo, hi
+	}
+	for _, v := range values {
+		if v == 0 {
+			if lo == 0 {
+				lo = v
+			}
+			if hi == 0 {
+				hi = v
+			}
+			break
+		}
+	}
+	return lo, hi
+}
