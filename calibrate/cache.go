@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kiln-ml/kiln/manifest"
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 )
 
 // EntropyCalibration2 is the cache algorithm of IInt8EntropyCalibrator2, the
@@ -219,7 +219,7 @@ func WriteCacheFile(path string, c Cache) error {
 	if err != nil {
 		return fmt.Errorf("writing calibration cache %s: %w", path, err)
 	}
-	if err := manifest.WriteFileAtomic(path, data, 0o644); err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("writing calibration cache: %w", err)
 	}
 	return nil

@@ -10,11 +10,12 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/kiln-ml/kiln/dataset"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"github.com/kiln-ml/kiln/ort"
-	"google.golang.org/protobuf/proto"
 )
 
 // ErrNoFloatTensors is returned for a model that has no float32 tensor to

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 )
 
 // The files of ONNX Runtime's calibration table, as its
@@ -63,11 +65,11 @@ func WriteORTTable(dir string, amax map[string]float64) error {
 		js.WriteString(pyJSONString(name) + ": [" + pyFloat(-amax[name]) + ", " + v + "]")
 	}
 	js.WriteByte('}')
-	err := writeFilesAtomic(map[string][]byte{
+	err := atomicfile.WriteFiles(map[string][]byte{
 		filepath.Join(dir, ORTTableName): EncodeTrtTable(kvs),
 		filepath.Join(dir, ORTTableText): []byte(text.String()),
 		filepath.Join(dir, ORTTableJSON): []byte(js.String()),
-	})
+	}, 0o644)
 	if err != nil {
 		return fmt.Errorf("writing ONNX Runtime calibration table: %w", err)
 	}

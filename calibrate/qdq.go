@@ -7,9 +7,10 @@ import (
 	"sort"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // QuantizeOptions configure Quantize.

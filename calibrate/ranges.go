@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 
-	"github.com/kiln-ml/kiln/manifest"
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 )
 
 // RangesVersion is the version of the ranges file format written by WriteRanges.
@@ -126,7 +125,7 @@ func WriteRanges(path string, r Ranges) error {
 	if err != nil {
 		return fmt.Errorf("writing ranges %s: %w", path, err)
 	}
-	if err := manifest.WriteFileAtomic(path, data, 0o644); err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("writing ranges: %w", err)
 	}
 	return nil
@@ -162,49 +161,4 @@ func (r Ranges) ORTTable() map[string]float64 {
 		m[t.Tensor] = t.Amax
 	}
 	return m
-}
-
-// writeFilesAtomic writes every file to a temporary file in its directory and
-// only when all are written and synced renames them into place, so a failure
-// leaves no partial output.
-func writeFilesAtomic(files map[string][]byte) (err error) {
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	tmps := make([]string, 0, len(paths))
-	defer func() {
-		if err != nil {
-			for _, t := range tmps {
-				os.Remove(t)
-			}
-		}
-	}()
-	for _, p := range paths {
-		f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
-		if err != nil {
-			return err
-		}
-		tmps = append(tmps, f.Name())
-		_, err = f.Write(files[p])
-		if err == nil {
-			err = f.Chmod(0o644)
-		}
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("writing %s: %w", p, err)
-		}
-	}
-	for i, p := range paths {
-		if err := os.Rename(tmps[i], p); err != nil {
-			return err
-		}
-	}
-	return nil
 }

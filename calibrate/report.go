@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 )
 
 // WorstLayers is how many tensors the report names as the worst.
@@ -160,8 +160,8 @@ func writeReport(dir string, r *Report) error {
 	if err != nil {
 		return err
 	}
-	if err := onnx.WriteFileAtomic(filepath.Join(dir, ReportJSON), js, 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, ReportJSON), js, 0o644); err != nil {
 		return err
 	}
-	return onnx.WriteFileAtomic(filepath.Join(dir, ReportMD), r.Markdown(), 0o644)
+	return atomicfile.WriteFile(filepath.Join(dir, ReportMD), r.Markdown(), 0o644)
 }

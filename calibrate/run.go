@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/dataset"
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 	"github.com/kiln-ml/kiln/internal/progress"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/ort"
@@ -146,7 +147,10 @@ func Run(ctx context.Context, cfg Config, dir string, opts ...Option) (*Report, 
 	if err != nil {
 		return nil, fmt.Errorf("calibrating %s: %w", cfg.Model, err)
 	}
-	err = replaceDir(dir, func(tmp string) error {
+	if err := checkOutDir(dir); err != nil { // again: the directory may have changed while calibrating
+		return nil, err
+	}
+	err = atomicfile.ReplaceDir(dir, func(tmp string) error {
 		for name, write := range files {
 			if err := write(filepath.Join(tmp, name)); err != nil {
 				return err
@@ -395,47 +399,4 @@ func checkOutDir(dir string) error {
 		return fmt.Errorf("output directory %s is not empty and holds no %s of an earlier run: refusing to replace it", dir, RangesFile)
 	}
 	return nil
-}
-
-// replaceDir fills a fresh temporary directory next to dir with write and
-// then puts it in dir's place; on any failure the temporary directory is
-// removed and dir is left as it was.
-func replaceDir(dir string, write func(tmp string) error) (err error) {
-	dir = filepath.Clean(dir)
-	parent, base := filepath.Dir(dir), filepath.Base(dir)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return err
-	}
-	if err := checkOutDir(dir); err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp(parent, "."+base+".tmp-")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			os.RemoveAll(tmp)
-		}
-	}()
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
-	if err := write(tmp); err != nil {
-		return err
-	}
-	if _, statErr := os.Stat(dir); statErr != nil {
-		return os.Rename(tmp, dir)
-	}
-	old := tmp + ".old"
-	if err := os.Rename(dir, old); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if rerr := os.Rename(old, dir); rerr != nil {
-			return fmt.Errorf("%w (and restoring the previous output: %v; it is in %s)", err, rerr, old)
-		}
-		return err
-	}
-	return os.RemoveAll(old)
 }

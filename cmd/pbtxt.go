@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 	"github.com/kiln-ml/kiln/manifest"
-	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/pbtxt"
 	"github.com/kiln-ml/kiln/pbtxt/configpb"
 )
@@ -175,7 +175,7 @@ flags. The config is validated, also against the model, before it is written.`,
 				g.logger(c.ErrOrStderr()).Info("wrote model", "path", filepath.Join(o.repo, cfg.GetName()), "version", o.version)
 				fmt.Fprintln(c.OutOrStdout(), filepath.Join(o.repo, cfg.GetName(), pbtxt.ConfigFile))
 			case o.out != "":
-				if err := onnx.WriteFileAtomic(o.out, pbtxt.Print(cfg), 0o644); err != nil {
+				if err := atomicfile.WriteFile(o.out, pbtxt.Print(cfg), 0o644); err != nil {
 					return fmt.Errorf("writing config: %w", err)
 				}
 			default:
@@ -234,7 +234,7 @@ command exits 3.`,
 					if err != nil {
 						return err
 					}
-					if err := onnx.WriteFileAtomic(path, out, st.Mode().Perm()); err != nil {
+					if err := atomicfile.WriteFile(path, out, st.Mode().Perm()); err != nil {
 						return fmt.Errorf("rewriting %s: %w", path, err)
 					}
 					fmt.Fprintln(c.OutOrStdout(), path)

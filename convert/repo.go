@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 	"github.com/kiln-ml/kiln/internal/progress"
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
@@ -187,11 +188,20 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	// The manifest goes last and describes only complete model directories.
-	if err := man.Write(o.Repo); err != nil && runErr == nil {
+	if err := writeManifest(o.Repo, man); err != nil && runErr == nil {
 		runErr = fmt.Errorf("writing %s: %w", manifest.FileName, err)
 	}
 	task.Finish(runErr)
 	return res, runErr
+}
+
+// writeManifest puts kiln.json in the repository atomically.
+func writeManifest(repo string, m *manifest.Manifest) error {
+	data, err := m.Marshal()
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(repo, manifest.FileName), data, 0o644)
 }
 
 type builder struct {

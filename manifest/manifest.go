@@ -5,7 +5,6 @@
 package manifest
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -265,54 +264,16 @@ func Read(path string) (*Manifest, error) {
 	return m, nil
 }
 
-// Write stores the manifest as <repo>/kiln.json atomically.
-func (m *Manifest) Write(repo string) error {
+// Marshal validates the manifest and renders it as kiln.json: indented
+// JSON with a final newline. Writers put it in the repository last, after
+// every file it describes (see DESIGN.md, "The repository and its manifest").
+func (m *Manifest) Marshal() ([]byte, error) {
 	if err := m.Validate(); err != nil {
-		return err
+		return nil, err
 	}
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return WriteFileAtomic(filepath.Join(repo, FileName), append(data, '\n'), 0o644)
-}
-
-// WriteFileAtomic writes data to a temporary file next to path, syncs it and
-// renames it over path, so readers see the old or the new file, never a part.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	return WriteAtomic(path, perm, func(w io.Writer) error {
-		_, err := w.Write(data)
-		return err
-	})
-}
-
-// WriteAtomic is WriteFileAtomic for content that is streamed rather than
-// held in memory: write produces it through a buffered writer. On any error
-// the temporary file is removed and path is left as it was.
-func WriteAtomic(path string, perm os.FileMode, write func(w io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	bw := bufio.NewWriterSize(f, 256<<10)
-	if err = write(bw); err == nil {
-		if err = bw.Flush(); err == nil {
-			if err = f.Chmod(perm); err == nil {
-				if err = f.Sync(); err == nil {
-					err = f.Close()
-				}
-			}
-		}
-	}
-	if err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return append(data, '\n'), nil
 }

@@ -57,7 +57,11 @@ func TestManifestRoundTrip(t *testing.T) {
 	m.Put(&Model{Name: "b_onnx_fp32", Variant: Variant{Runtime: RuntimeONNX, Precision: FP32}, Source: d, Version: 1,
 		Files: []File{{Path: "1/model.onnx", Size: 5, Digest: d}}, Status: "ok"})
 	m.Put(&Model{Name: "a_trt_fp16", Variant: Variant{Runtime: RuntimeTRT, Precision: FP16}, Source: d, Version: 1, Status: "needs-gpu"})
-	if err := m.Write(dir); err != nil {
+	data, err := m.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, FileName), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	got, err := Read(dir)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 	"github.com/kiln-ml/kiln/internal/testmodels"
 	"github.com/kiln-ml/kiln/onnx"
 )
@@ -81,7 +82,7 @@ func BenchmarkSave100MB(b *testing.B) {
 	b.Run("baseline-write", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		for i := 0; i < b.N; i++ {
-			if err := onnx.WriteFileAtomic(out, data, 0o644); err != nil {
+			if err := atomicfile.WriteFile(out, data, 0o644); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -123,7 +124,7 @@ func BenchmarkLoadSaveRatio(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		timed(&write, func() error { return onnx.WriteFileAtomic(out, raw, 0o644) })
+		timed(&write, func() error { return atomicfile.WriteFile(out, raw, 0o644) })
 		timed(&save, func() error { return m.Save(out) })
 		runtime.KeepAlive(data)
 	}

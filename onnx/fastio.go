@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/kiln-ml/kiln/manifest"
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -257,7 +257,7 @@ func marshalDet(m proto.Message) ([]byte, error) {
 // saveStream writes the model to path through a temporary file in the same
 // directory, synced and renamed into place.
 func saveStream(path string, mp *onnxpb.ModelProto) error {
-	return manifest.WriteAtomic(path, 0o644, func(w io.Writer) error {
+	return atomicfile.Write(path, 0o644, func(w io.Writer) error {
 		if err := writeModel(w, mp); err != nil {
 			return fmt.Errorf("encoding: %w", err)
 		}

@@ -16,9 +16,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kiln-ml/kiln/manifest"
-	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
 )
 
 // Model is a loaded ONNX model. Proto may be edited in place; Save writes it back.
@@ -105,13 +105,6 @@ func (m *Model) Save(path string) error {
 		return fmt.Errorf("saving ONNX model %s: %w", path, err)
 	}
 	return nil
-}
-
-// WriteFileAtomic writes data to a temporary file next to path, syncs it and
-// renames it over path (manifest.WriteFileAtomic, here for callers that
-// only deal with models).
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	return manifest.WriteFileAtomic(path, data, perm)
 }
 
 // Tensors calls fn for every TensorProto stored in the model: initializers,

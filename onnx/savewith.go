@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/kiln-ml/kiln/manifest"
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -60,7 +60,7 @@ func saveExternal(path string, mp *onnxpb.ModelProto, o SaveOptions) error {
 		}
 	}()
 	loc := onnxpb.TensorProto_EXTERNAL
-	err := manifest.WriteAtomic(filepath.Join(filepath.Dir(path), name), 0o644, func(w io.Writer) error {
+	err := atomicfile.Write(filepath.Join(filepath.Dir(path), name), 0o644, func(w io.Writer) error {
 		var off int64
 		for _, t := range mp.GetGraph().GetInitializer() {
 			if len(t.RawData) < threshold || t.GetDataLocation() == onnxpb.TensorProto_EXTERNAL {
@@ -98,5 +98,5 @@ func saveExternal(path string, mp *onnxpb.ModelProto, o SaveOptions) error {
 		return fmt.Errorf("%w: even with large weights in %s the model is %d bytes", ErrTooLarge, name, len(data))
 	}
 	// The data file is in place before the model that refers to it.
-	return manifest.WriteFileAtomic(path, data, 0o644)
+	return atomicfile.WriteFile(path, data, 0o644)
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 	"github.com/kiln-ml/kiln/pbtxt/configpb"
 )
 
@@ -71,8 +72,8 @@ func ReadRepository(dir string) (*Repository, error) {
 	r := &Repository{Dir: dir}
 	for _, e := range entries {
 		name := e.Name()
-		if old, ok := strings.CutSuffix(name, ".kiln-old"); ok && strings.HasPrefix(old, ".") && !present[old[1:]] {
-			name = old[1:]
+		if model, ok := atomicfile.MovedAside(name); ok && !present[model] {
+			name = model
 		} else if strings.HasPrefix(name, ".") {
 			continue
 		}
@@ -174,7 +175,7 @@ type WriteSpec struct {
 // previous model directory in place (if the interruption fell between the
 // two renames, ReadRepository reads the moved-aside copy and the next
 // WriteModel puts it back). A repository has one writer at a time.
-func WriteModel(repo string, s WriteSpec) (err error) {
+func WriteModel(repo string, s WriteSpec) error {
 	c := s.Config
 	if c == nil || c.GetName() == "" {
 		return errors.New("writing model: the config must have a name")
@@ -193,18 +194,21 @@ func WriteModel(repo string, s WriteSpec) (err error) {
 	if err := os.MkdirAll(repo, 0o755); err != nil {
 		return fmt.Errorf("writing model %s: %w", name, err)
 	}
-	entries, _ := os.ReadDir(repo)
-	recoverInterrupted(repo, entries)
-	tmp, err := os.MkdirTemp(repo, "."+name+".kiln-tmp-")
+	if _, err := atomicfile.Recover(repo); err != nil {
+		return fmt.Errorf("writing model %s: cleaning up an interrupted write: %w", name, err)
+	}
+	final := filepath.Join(repo, name)
+	err := atomicfile.ReplaceDir(final, func(tmp string) error { return fillModel(tmp, final, version, s) })
 	if err != nil {
 		return fmt.Errorf("writing model %s: %w", name, err)
 	}
-	defer func() {
-		if err != nil {
-			os.RemoveAll(tmp)
-		}
-	}()
-	final := filepath.Join(repo, name)
+	return nil
+}
+
+// fillModel lays out the new model directory in tmp: the versions of final
+// other than version, the config, the labels and the version directory.
+func fillModel(tmp, final string, version int64, s WriteSpec) error {
+	c := s.Config
 	vname := fmt.Sprint(version)
 	// Keep the versions that are already there.
 	if old, rerr := os.ReadDir(final); rerr == nil {
@@ -213,24 +217,24 @@ func WriteModel(repo string, s WriteSpec) (err error) {
 				continue
 			}
 			if err := copyTree(filepath.Join(final, e.Name()), filepath.Join(tmp, e.Name())); err != nil {
-				return fmt.Errorf("writing model %s: keeping %s: %w", name, e.Name(), err)
+				return fmt.Errorf("keeping %s: %w", e.Name(), err)
 			}
 		}
 	}
 	if err := writeFile(filepath.Join(tmp, ConfigFile), Print(c)); err != nil {
-		return fmt.Errorf("writing model %s: %w", name, err)
+		return err
 	}
 	for fname, data := range s.Labels {
 		if filepath.Base(fname) != fname {
-			return fmt.Errorf("writing model %s: label file name %q must not contain '/'", name, fname)
+			return fmt.Errorf("label file name %q must not contain '/'", fname)
 		}
 		if err := writeFile(filepath.Join(tmp, fname), data); err != nil {
-			return fmt.Errorf("writing model %s: %w", name, err)
+			return err
 		}
 	}
 	vdir := filepath.Join(tmp, vname)
 	if err := os.MkdirAll(vdir, 0o755); err != nil {
-		return fmt.Errorf("writing model %s: %w", name, err)
+		return err
 	}
 	if s.ModelPath != "" {
 		file := DefaultModelFilename(c)
@@ -238,65 +242,18 @@ func WriteModel(repo string, s WriteSpec) (err error) {
 			file = filepath.Base(s.ModelPath)
 		}
 		if err := copyTree(s.ModelPath, filepath.Join(vdir, file)); err != nil {
-			return fmt.Errorf("writing model %s: copying %s: %w", name, s.ModelPath, err)
+			return fmt.Errorf("copying %s: %w", s.ModelPath, err)
 		}
 	}
 	for fname, src := range s.VersionFiles {
 		if filepath.Base(fname) != fname || fname == DefaultModelFilename(c) {
-			return fmt.Errorf("writing model %s: extra file name %q must be a plain name other than the model file", name, fname)
+			return fmt.Errorf("extra file name %q must be a plain name other than the model file", fname)
 		}
 		if err := copyTree(src, filepath.Join(vdir, fname)); err != nil {
-			return fmt.Errorf("writing model %s: copying %s: %w", name, src, err)
+			return fmt.Errorf("copying %s: %w", src, err)
 		}
 	}
-	if err := syncDir(tmp); err != nil {
-		return fmt.Errorf("writing model %s: %w", name, err)
-	}
-	old := ""
-	if _, serr := os.Stat(final); serr == nil {
-		old = filepath.Join(repo, "."+name+".kiln-old")
-		os.RemoveAll(old)
-		if err := os.Rename(final, old); err != nil {
-			return fmt.Errorf("writing model %s: %w", name, err)
-		}
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		if old != "" {
-			os.Rename(old, final)
-		}
-		return fmt.Errorf("writing model %s: %w", name, err)
-	}
-	if old != "" {
-		os.RemoveAll(old)
-	}
-	return syncDir(repo)
-}
-
-// recoverInterrupted puts back a model directory that an interrupted
-// WriteModel had moved aside, and removes leftover temporary directories.
-// It reports whether it changed anything.
-func recoverInterrupted(repo string, entries []fs.DirEntry) bool {
-	changed := false
-	for _, e := range entries {
-		n := e.Name()
-		if !strings.HasPrefix(n, ".") || !strings.Contains(n, ".kiln-") {
-			continue
-		}
-		switch {
-		case strings.HasSuffix(n, ".kiln-old"):
-			changed = true
-			model := strings.TrimSuffix(strings.TrimPrefix(n, "."), ".kiln-old")
-			if _, err := os.Stat(filepath.Join(repo, model)); errors.Is(err, fs.ErrNotExist) {
-				os.Rename(filepath.Join(repo, n), filepath.Join(repo, model))
-			} else {
-				os.RemoveAll(filepath.Join(repo, n))
-			}
-		case strings.Contains(n, ".kiln-tmp-"):
-			changed = true
-			os.RemoveAll(filepath.Join(repo, n))
-		}
-	}
-	return changed
+	return nil
 }
 
 func writeFile(path string, data []byte) error {
@@ -362,16 +319,4 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 		return err
 	}
 	return out.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return err
-	}
-	return nil
 }

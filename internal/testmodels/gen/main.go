@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 	"github.com/kiln-ml/kiln/internal/testmodels"
 	"github.com/kiln-ml/kiln/onnx"
 )
@@ -42,5 +43,5 @@ func run(dir string) error {
 		return err
 	}
 	labels := strings.Join(testmodels.TinyNetLabels, "\n") + "\n"
-	return onnx.WriteFileAtomic(filepath.Join(dir, "tinynet_labels.txt"), []byte(labels), 0o644)
+	return atomicfile.WriteFile(filepath.Join(dir, "tinynet_labels.txt"), []byte(labels), 0o644)
 }
