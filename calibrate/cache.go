@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/kiln-ml/kiln/internal/atomicfile"
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 // EntropyCalibration2 is the cache algorithm of IInt8EntropyCalibrator2, the
@@ -24,7 +25,8 @@ const EntropyCalibration2 = "EntropyCalibration2"
 //
 // The dynamic range TensorRT applies is ±127*scale.
 type Cache struct {
-	// Version is TensorRT's version number, see CacheVersion.
+	// Version is the number in the header: TensorRT's version number
+	// (manifest.TRTVersion.Number).
 	Version int
 	// Algorithm is the calibrator, e.g. EntropyCalibration2 or MinMaxCalibration.
 	Algorithm string
@@ -34,10 +36,9 @@ type Cache struct {
 	Names []string
 }
 
-// NewCache builds an EntropyCalibration2 cache for the TensorRT version number
-// version (see CacheVersion).
-func NewCache(version int, scales map[string]float32) Cache {
-	c := Cache{Version: version, Algorithm: EntropyCalibration2, Scales: make(map[string]float32, len(scales))}
+// NewCache builds an EntropyCalibration2 cache for TensorRT release v.
+func NewCache(v manifest.TRTVersion, scales map[string]float32) Cache {
+	c := Cache{Version: v.Number(), Algorithm: EntropyCalibration2, Scales: make(map[string]float32, len(scales))}
 	for name, s := range scales {
 		c.Scales[name] = s
 		c.Names = append(c.Names, name)
@@ -46,22 +47,13 @@ func NewCache(version int, scales map[string]float32) Cache {
 	return c
 }
 
-// CacheVersion is TensorRT's version number for major.minor.patch as it appears
-// in cache headers and in trtexec's banner: major*1000+minor*100+patch up to
-// TensorRT 9 (8.6.1 -> 8601), major*10000+minor*100+patch from 10 (10.3.0 -> 100300).
-func CacheVersion(major, minor, patch int) int {
-	if major <= 9 {
-		return major*1000 + minor*100 + patch
+// headerRelease names the release a cache header's number stands for
+// ("8.6.0"), or the number itself when it is no TensorRT version number.
+func headerRelease(number int) string {
+	if v, err := manifest.TRTVersionFromNumber(strconv.Itoa(number)); err == nil {
+		return v.String()
 	}
-	return major*10000 + minor*100 + patch
-}
-
-// trtVersionString turns a version number back into major.minor.patch.
-func trtVersionString(v int) string {
-	if v >= 10000 {
-		return fmt.Sprintf("%d.%d.%d", v/10000, v/100%100, v%100)
-	}
-	return fmt.Sprintf("%d.%d.%d", v/1000, v/100%10, v%100)
+	return strconv.Itoa(number)
 }
 
 // Amax is the dynamic range TensorRT derives from a tensor's scale, scale*127
@@ -230,33 +222,32 @@ func WriteCacheFile(path string, c Cache) error {
 // header does not match and calibrates on whatever data it has (random data
 // under trtexec).
 type IncompatibleCacheError struct {
-	CacheVersion  int    // from the cache header
-	TargetVersion int    // the TensorRT that will build the engine
-	Algorithm     string // from the cache header
+	CacheVersion  int                 // the number in the cache header
+	TargetVersion manifest.TRTVersion // the TensorRT that will build the engine
+	Algorithm     string              // from the cache header
 	Reason        string
 }
 
 func (e *IncompatibleCacheError) Error() string {
 	return fmt.Sprintf("calibration cache TRT-%d-%s cannot be used with TensorRT %s (%d): %s",
-		e.CacheVersion, e.Algorithm, trtVersionString(e.TargetVersion), e.TargetVersion, e.Reason)
+		e.CacheVersion, e.Algorithm, e.TargetVersion, e.TargetVersion.Number(), e.Reason)
 }
 
-// CheckCompatible reports whether TensorRT with version number trtVersion
-// (see CacheVersion; parse it from trtexec's "[TensorRT v100300]" banner) would
-// use the cache with trtexec --calib. It returns an *IncompatibleCacheError
+// CheckCompatible reports whether TensorRT release target (read it from
+// trtexec's "[TensorRT v100300]" banner) would use the cache with trtexec --calib. It returns an *IncompatibleCacheError
 // when the header's version differs, when the algorithm is not
 // EntropyCalibration2, or when the target is TensorRT 11 or later, which
 // has no implicit INT8 calibration (use the Q/DQ model instead).
-func CheckCompatible(c Cache, trtVersion int) error {
-	e := &IncompatibleCacheError{CacheVersion: c.Version, TargetVersion: trtVersion, Algorithm: c.Algorithm}
+func CheckCompatible(c Cache, target manifest.TRTVersion) error {
+	e := &IncompatibleCacheError{CacheVersion: c.Version, TargetVersion: target, Algorithm: c.Algorithm}
 	switch {
-	case trtVersion >= CacheVersion(11, 0, 0):
+	case target.Major >= 11:
 		e.Reason = "TensorRT 11 removed --int8 and --calib; build from the Q/DQ ONNX model"
 	case c.Algorithm != EntropyCalibration2:
 		e.Reason = fmt.Sprintf("trtexec calibrates with %s and ignores a %s cache", EntropyCalibration2, c.Algorithm)
-	case c.Version != trtVersion:
+	case c.Version != target.Number():
 		e.Reason = fmt.Sprintf("the cache was written for TensorRT %s and TensorRT ignores a cache from another version; rewrite it with version %d",
-			trtVersionString(c.Version), trtVersion)
+			headerRelease(c.Version), target.Number())
 	default:
 		return nil
 	}

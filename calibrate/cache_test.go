@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 // corpusDir is the shared external corpus, read in place and never copied.
@@ -91,7 +93,11 @@ func TestParseCacheCorpus(t *testing.T) {
 			if a, _ := c.Amax(w.check); math.Abs(float64(a)-127*w.scale) > 5e-6*127*w.scale {
 				t.Errorf("Amax(%q) = %v, want %v", w.check, a, 127*w.scale)
 			}
-			if err := CheckCompatible(c, w.version); err != nil {
+			release, err := manifest.TRTVersionFromNumber(strconv.Itoa(w.version))
+			if err != nil {
+				t.Fatalf("%s: header number %d: %v", name, w.version, err)
+			}
+			if err := CheckCompatible(c, release); err != nil {
 				t.Errorf("CheckCompatible(%s, %d) = %v, want nil", name, w.version, err)
 			}
 			// TensorRT writes exactly our format: the writer's output is the
@@ -131,7 +137,7 @@ func sameCache(a, b Cache) bool {
 }
 
 func TestCacheMarshalExact(t *testing.T) {
-	c := NewCache(CacheVersion(8, 6, 1), map[string]float32{
+	c := NewCache(manifest.TRTVersion{Major: 8, Minor: 6, Patch: 1}, map[string]float32{
 		"output":                               0.5,
 		"images":                               float32(1.0 / 127), // formats.md: 3c010204 = 1/127
 		"(Unnamed Layer* 8) [Constant]_output": 1,
@@ -160,7 +166,7 @@ func TestCacheMarshalExact(t *testing.T) {
 	r := Ranges{Version: RangesVersion, Tensors: []TensorRange{
 		{Tensor: "x", Method: Entropy, Amax: 1, Scale: 1.0 / 127},
 	}}
-	got, _ = r.Cache(CacheVersion(10, 3, 0)).Marshal()
+	got, _ = r.Cache(manifest.TRTVersion{Major: 10, Minor: 3, Patch: 0}).Marshal()
 	if want := "TRT-100300-EntropyCalibration2\nx: 3c010204\n"; string(got) != want {
 		t.Errorf("Ranges.Cache(100300).Marshal() = %q, want %q", got, want)
 	}
@@ -240,47 +246,32 @@ func TestCacheMarshalErrors(t *testing.T) {
 	}
 }
 
-func TestCacheVersion(t *testing.T) {
-	for _, tt := range []struct{ major, minor, patch, want int }{
-		{7, 0, 0, 7000}, {7, 1, 3, 7103}, {8, 5, 2, 8502}, {8, 6, 0, 8600}, {8, 6, 1, 8601},
-		{9, 3, 0, 9300}, {10, 0, 1, 100001}, {10, 3, 0, 100300}, {10, 14, 1, 101401}, {11, 1, 0, 110100},
-	} {
-		got := CacheVersion(tt.major, tt.minor, tt.patch)
-		if got != tt.want {
-			t.Errorf("CacheVersion(%d, %d, %d) = %d, want %d", tt.major, tt.minor, tt.patch, got, tt.want)
-		}
-		if s, w := trtVersionString(got), strconv.Itoa(tt.major)+"."+strconv.Itoa(tt.minor)+"."+strconv.Itoa(tt.patch); s != w {
-			t.Errorf("trtVersionString(%d) = %q, want %q", got, s, w)
-		}
-	}
-}
-
 func TestCheckCompatible(t *testing.T) {
 	entropy := Cache{Version: 8600, Algorithm: EntropyCalibration2}
 	tests := []struct {
 		name   string
 		c      Cache
-		target int
+		target manifest.TRTVersion
 		want   string // "" for compatible
 	}{
-		{"same version", entropy, 8600, ""},
-		{"other patch", entropy, 8601, "written for TensorRT 8.6.0"},
-		{"8.6 cache on 10.3", entropy, 100300, "TensorRT ignores a cache from another version"},
-		{"minmax header", Cache{Version: 100300, Algorithm: "MinMaxCalibration"}, 100300, "ignores a MinMaxCalibration cache"},
-		{"TensorRT 11", Cache{Version: 110000, Algorithm: EntropyCalibration2}, 110000, "TensorRT 11 removed --int8 and --calib"},
+		{"same version", entropy, manifest.TRTVersion{Major: 8, Minor: 6}, ""},
+		{"other patch", entropy, manifest.TRTVersion{Major: 8, Minor: 6, Patch: 1}, "written for TensorRT 8.6.0"},
+		{"8.6 cache on 10.3", entropy, manifest.TRTVersion{Major: 10, Minor: 3}, "TensorRT ignores a cache from another version"},
+		{"minmax header", Cache{Version: 100300, Algorithm: "MinMaxCalibration"}, manifest.TRTVersion{Major: 10, Minor: 3}, "ignores a MinMaxCalibration cache"},
+		{"TensorRT 11", Cache{Version: 110000, Algorithm: EntropyCalibration2}, manifest.TRTVersion{Major: 11}, "TensorRT 11 removed --int8 and --calib"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := CheckCompatible(tt.c, tt.target)
 			if tt.want == "" {
 				if err != nil {
-					t.Errorf("CheckCompatible(%d, %d) = %v, want nil", tt.c.Version, tt.target, err)
+					t.Errorf("CheckCompatible(%d, %v) = %v, want nil", tt.c.Version, tt.target, err)
 				}
 				return
 			}
 			var ie *IncompatibleCacheError
 			if !errors.As(err, &ie) || ie.TargetVersion != tt.target || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("CheckCompatible(%d, %d) = %v, want *IncompatibleCacheError containing %q", tt.c.Version, tt.target, err, tt.want)
+				t.Errorf("CheckCompatible(%d, %v) = %v, want *IncompatibleCacheError containing %q", tt.c.Version, tt.target, err, tt.want)
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/kiln-ml/kiln/internal/atomicfile"
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 // RangesVersion is the version of the ranges file format written by WriteRanges.
@@ -144,14 +145,14 @@ func ReadRanges(path string) (Ranges, error) {
 	return r, nil
 }
 
-// Cache is the TensorRT calibration cache for these ranges, for the TensorRT
-// version number version (see CacheVersion). Scales are rounded to float32.
-func (r Ranges) Cache(version int) Cache {
+// Cache is the TensorRT calibration cache for these ranges, for TensorRT
+// release v. Scales are rounded to float32.
+func (r Ranges) Cache(v manifest.TRTVersion) Cache {
 	scales := make(map[string]float32, len(r.Tensors))
 	for _, t := range r.Tensors {
 		scales[t.Tensor] = float32(t.Scale)
 	}
-	return NewCache(version, scales)
+	return NewCache(v, scales)
 }
 
 // ORTTable is the tensor -> dynamic range (amax) map that WriteORTTable writes.

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 func sampleRanges() Ranges {
@@ -108,7 +110,7 @@ func TestRangesFromHistogram(t *testing.T) {
 	if err != nil || back.Tensors[0] != tr {
 		t.Errorf("ParseRanges(Marshal(r)) = %+v, %v, want %+v", back.Tensors, err, tr)
 	}
-	c := rs.Cache(CacheVersion(8, 6, 1))
+	c := rs.Cache(manifest.TRTVersion{Major: 8, Minor: 6, Patch: 1})
 	if a, _ := c.Amax("x"); math.Abs(float64(a)-r.Amax) > 1e-6*r.Amax {
 		t.Errorf("Cache.Amax(x) = %v, want %v", a, r.Amax)
 	}

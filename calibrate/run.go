@@ -21,6 +21,7 @@ import (
 	"github.com/kiln-ml/kiln/dataset"
 	"github.com/kiln-ml/kiln/internal/atomicfile"
 	"github.com/kiln-ml/kiln/internal/progress"
+	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/ort"
 )
@@ -38,9 +39,9 @@ const (
 )
 
 // DefaultTRTVersion is the TensorRT version the cache header names when
-// Config.TRTVersion is 0: TensorRT 10.3.0, the version of the newest NGC
+// Config.TRTVersion is zero: TensorRT 10.3.0, the version of the newest NGC
 // Triton images that still calibrate implicitly with trtexec --calib.
-var DefaultTRTVersion = CacheVersion(10, 3, 0)
+var DefaultTRTVersion = manifest.TRTVersion{Major: 10, Minor: 3, Patch: 0}
 
 // DefaultBatch is the batch size for models with a dynamic batch dimension.
 const DefaultBatch = 16
@@ -68,9 +69,9 @@ type Config struct {
 	// Batch is the batch size; 0 means the model's fixed batch dimension,
 	// or DefaultBatch.
 	Batch int
-	// TRTVersion is the version number in the cache header (see
-	// CacheVersion); 0 means DefaultTRTVersion.
-	TRTVersion int
+	// TRTVersion is the TensorRT release the cache header names; the zero
+	// value means DefaultTRTVersion.
+	TRTVersion manifest.TRTVersion
 	// Exclude lists nodes (name or first output) and op types kept in fp32.
 	// The report then also shows the accuracy without exclusions.
 	Exclude []string
@@ -94,8 +95,8 @@ func (c Config) Validate() error {
 	if p := c.MethodOptions.Percentile; p < 0 || p > 100 || math.IsNaN(p) {
 		errs = append(errs, fmt.Errorf("percentile %v is not in (0, 100]", p))
 	}
-	if c.Samples < 0 || c.Batch < 0 || c.Validation < -1 || c.TRTVersion < 0 {
-		errs = append(errs, errors.New("samples, batch and TensorRT version must not be negative"))
+	if c.Samples < 0 || c.Batch < 0 || c.Validation < -1 {
+		errs = append(errs, errors.New("samples and batch must not be negative"))
 	}
 	if c.CalibShare < 0 || math.IsNaN(c.CalibShare) || math.IsInf(c.CalibShare, 0) || c.CalibShare >= 1 && c.CalibShare != math.Trunc(c.CalibShare) {
 		errs = append(errs, fmt.Errorf("calibration share %v: want a fraction in (0,1) or a whole count", c.CalibShare))
@@ -284,11 +285,13 @@ func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[strin
 	rep := &Report{
 		Model: cfg.Model, ModelDigest: ranges.ModelDigest, Dataset: cfg.Data.Path, DatasetDigest: ranges.DatasetDigest,
 		Method: method, Batch: batch, CalibrationSamples: stats.Samples, UnusedSamples: unused, TensorRanges: len(ranges.Tensors),
-		TRTVersion: cfg.TRTVersion, Exclude: cfg.Exclude, Quantization: q,
+		Exclude: cfg.Exclude, Quantization: q,
 	}
-	if rep.TRTVersion == 0 {
-		rep.TRTVersion = DefaultTRTVersion
+	trt := cfg.TRTVersion
+	if trt.IsZero() {
+		trt = DefaultTRTVersion
 	}
+	rep.TRTVersion = trt.Number()
 	// Validation also proves that the Q/DQ model loads and runs in ONNX
 	// Runtime; without validation samples one calibration batch does that.
 	order, what := valid, "validate "
@@ -311,7 +314,7 @@ func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[strin
 	rep.worst()
 	files := map[string]func(string) error{
 		RangesFile: func(p string) error { return WriteRanges(p, ranges) },
-		CacheFile:  func(p string) error { return WriteCacheFile(p, ranges.Cache(rep.TRTVersion)) },
+		CacheFile:  func(p string) error { return WriteCacheFile(p, ranges.Cache(trt)) },
 		ModelFile:  func(p string) error { return q.Model.Save(p) },
 		ORTDir: func(p string) error {
 			if err := os.Mkdir(p, 0o755); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/kiln-ml/kiln/dataset"
 	"github.com/kiln-ml/kiln/internal/testmodels"
 	"github.com/kiln-ml/kiln/internal/testutil"
+	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"github.com/kiln-ml/kiln/ort"
@@ -70,9 +71,9 @@ func checkOutputs(t *testing.T, out string, rep *Report) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Scales) != len(r.Tensors) || c.Version != DefaultTRTVersion || len(r.Tensors) != rep.TensorRanges {
+	if len(c.Scales) != len(r.Tensors) || c.Version != DefaultTRTVersion.Number() || len(r.Tensors) != rep.TensorRanges {
 		t.Errorf("cache has %d scales (version %d), ranges %d tensors, report %d, want equal counts and version %d",
-			len(c.Scales), c.Version, len(r.Tensors), rep.TensorRanges, DefaultTRTVersion)
+			len(c.Scales), c.Version, len(r.Tensors), rep.TensorRanges, DefaultTRTVersion.Number())
 	}
 	for _, tr := range r.Tensors {
 		if s := c.Scales[tr.Tensor]; s != float32(tr.Scale) || !(s > 0) {
@@ -102,7 +103,7 @@ func TestRunTinyNetNpy(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	rep, err := Run(context.Background(), Config{
 		Model: filepath.Join(testutil.RepoRoot(t), "testdata", "tinynet.onnx"),
-		Data:  dataset.Spec{Path: npy}, Method: Percentile, Batch: 8, TRTVersion: CacheVersion(8, 6, 1),
+		Data:  dataset.Spec{Path: npy}, Method: Percentile, Batch: 8, TRTVersion: manifest.TRTVersion{Major: 8, Minor: 6, Patch: 1},
 	}, out)
 	if err != nil {
 		t.Fatal(err)

@@ -5,14 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kiln-ml/kiln/calibrate"
 	"github.com/kiln-ml/kiln/dataset"
+	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/ort"
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 )
 
 type calibrateOptions struct {
@@ -81,9 +82,9 @@ func (o *calibrateOptions) config(model string) (calibrate.Config, error) {
 			return calibrate.Config{}, usageErr(err)
 		}
 	}
-	trt, err := parseTRTVersion(o.trtVersion)
+	trt, err := manifest.ParseTRTVersion(o.trtVersion)
 	if err != nil {
-		return calibrate.Config{}, usageErr(err)
+		return calibrate.Config{}, usageErr(fmt.Errorf("--trt-version: %w", err))
 	}
 	cfg := calibrate.Config{
 		Model:         model,
@@ -106,26 +107,6 @@ func (o *calibrateOptions) config(model string) (calibrate.Config, error) {
 		return calibrate.Config{}, usageErr(err)
 	}
 	return cfg, nil
-}
-
-// parseTRTVersion reads "10.3.0", "8.6" or a version number such as 100300.
-func parseTRTVersion(s string) (int, error) {
-	parts := strings.Split(strings.TrimSpace(s), ".")
-	var v [3]int
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 || i >= 3 || (len(parts) > 1 && n > 99) {
-			return 0, fmt.Errorf("--trt-version %q: want major.minor.patch (10.3.0) or a version number (100300)", s)
-		}
-		v[i] = n
-	}
-	if len(parts) == 1 && v[0] >= 1000 {
-		return v[0], nil
-	}
-	if v[0] < 7 {
-		return 0, fmt.Errorf("--trt-version %q: TensorRT before 7 is not supported", s)
-	}
-	return calibrate.CacheVersion(v[0], v[1], v[2]), nil
 }
 
 func newCalibrateCmd(g *globalOptions) *cobra.Command {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
+
 	"github.com/kiln-ml/kiln/internal/testmodels"
 )
 

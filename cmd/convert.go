@@ -12,12 +12,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/kiln-ml/kiln/calibrate"
 	"github.com/kiln-ml/kiln/convert"
 	"github.com/kiln-ml/kiln/internal/execx"
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
-	"github.com/spf13/cobra"
 )
 
 type convertOptions struct {
@@ -325,7 +326,7 @@ func parseTarget(s string) (*convert.Target, error) {
 		case "cc", "sm":
 			t.ComputeCapability = strings.TrimPrefix(strings.TrimPrefix(v, "sm_"), "sm")
 		case "trt", "tensorrt":
-			spec, err := convert.ParseVersionSpec(v)
+			spec, err := manifest.ParseTRTSpec(v)
 			if err != nil {
 				return nil, fmt.Errorf("--target %q: %w", s, err)
 			}

@@ -8,9 +8,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/ort"
-	"github.com/spf13/cobra"
 )
 
 type inspectOptions struct {

@@ -8,9 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kiln-ml/kiln/internal/progress"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
+
+	"github.com/kiln-ml/kiln/internal/progress"
 )
 
 // Progress modes for --progress.

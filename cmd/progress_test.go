@@ -63,15 +63,3 @@ func TestBarProgress(t *testing.T) {
 		t.Errorf("newProgress(none) = a reporter, want nil")
 	}
 }
-
-func TestParseTRTVersion(t *testing.T) {
-	for _, tt := range []struct {
-		in   string
-		want int
-	}{{"10.3.0", 100300}, {"8.6.1", 8601}, {"8.6", 8600}, {"100300", 100300}, {"10", 100000}, {"x", 0}, {"6.0.1", 0}, {"10.3.0.1", 0}} {
-		got, err := parseTRTVersion(tt.in)
-		if got != tt.want || (err == nil) != (tt.want != 0) {
-			t.Errorf("parseTRTVersion(%q) = %d, %v, want %d", tt.in, got, err, tt.want)
-		}
-	}
-}

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kiln-ml/kiln/onnx"
-	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
 )
 
 // FP16 rewrite of ONNX graphs, following onnxruntime's improved copy of

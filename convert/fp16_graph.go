@@ -3,10 +3,11 @@ package convert
 import (
 	"fmt"
 
-	"github.com/kiln-ml/kiln/onnx"
-	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"github.com/x448/float16"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
 )
 
 // form is the precision a float32 value of the original graph has in the

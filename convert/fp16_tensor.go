@@ -7,10 +7,11 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/kiln-ml/kiln/onnx"
-	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"github.com/x448/float16"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
 )
 
 // limits are the clamping bounds of onnxruntime float16.py

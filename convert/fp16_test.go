@@ -6,11 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/x448/float16"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/kiln-ml/kiln/internal/testmodels"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
-	"github.com/x448/float16"
-	"google.golang.org/protobuf/proto"
 )
 
 func TestFP16Half(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/kiln-ml/kiln/internal/execx"
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 // ErrNoGPU reports a machine without a usable NVIDIA GPU: no nvidia-smi, no
@@ -156,7 +157,7 @@ type Target struct {
 	// ComputeCapability is the GPU architecture, "8.6" (also "86", "sm_86").
 	ComputeCapability string
 	// TRT is the TensorRT release: "10.3" accepts any 10.3.x.
-	TRT *VersionSpec
+	TRT *manifest.TRTSpec
 }
 
 // TargetMismatchError reports a GPU or TensorRT release that is not the
@@ -175,7 +176,7 @@ func (e *TargetMismatchError) Error() string {
 
 // Check refuses a GPU or TensorRT release that does not match the target.
 // A zero gpu (unknown) is not checked against ComputeCapability.
-func (t Target) Check(gpu GPUInfo, v TRTVersion) error {
+func (t Target) Check(gpu GPUInfo, v manifest.TRTVersion) error {
 	if t.TRT != nil && !t.TRT.Match(v) {
 		return &TargetMismatchError{What: "TensorRT version", Want: t.TRT.String(), Got: v.String()}
 	}

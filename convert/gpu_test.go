@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kiln-ml/kiln/internal/execx"
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 // The nvidia-smi outputs below are written by hand in nvidia-smi's
@@ -105,21 +106,21 @@ func TestQueryGPU(t *testing.T) {
 }
 
 func TestTargetCheck(t *testing.T) {
-	v103 := VersionSpec{Major: 10, Minor: 3}
+	v103 := manifest.TRTSpec{TRTVersion: manifest.TRTVersion{Major: 10, Minor: 3}, AnyPatch: true}
 	a100 := GPUInfo{Name: "NVIDIA A100-SXM4-80GB", ComputeCapability: "8.0"}
 	tests := []struct {
 		name   string
 		target Target
 		gpu    GPUInfo
-		v      TRTVersion
+		v      manifest.TRTVersion
 		want   string
 	}{
 		{"empty target", Target{}, a100, trt103, ""},
-		{"match", Target{ComputeCapability: "8.0", TRT: &v103}, a100, TRTVersion{10, 3, 1}, ""},
+		{"match", Target{ComputeCapability: "8.0", TRT: &v103}, a100, manifest.TRTVersion{Major: 10, Minor: 3, Patch: 1}, ""},
 		{"sm_80 spelling", Target{ComputeCapability: "sm_80"}, a100, trt103, ""},
 		{"cc mismatch", Target{ComputeCapability: "8.6"}, a100, trt103,
 			"target wants compute capability 8.6, but this machine has 8.0 (NVIDIA A100-SXM4-80GB)"},
-		{"trt mismatch", Target{TRT: &v103}, a100, TRTVersion{10, 16, 1},
+		{"trt mismatch", Target{TRT: &v103}, a100, manifest.TRTVersion{Major: 10, Minor: 16, Patch: 1},
 			"target wants TensorRT version 10.3, but this machine has 10.16.1"},
 		{"unknown gpu is not checked", Target{ComputeCapability: "8.6"}, GPUInfo{}, trt103, ""},
 		{"bad target", Target{ComputeCapability: "ampere"}, a100, trt103, `target: compute capability "ampere"`},

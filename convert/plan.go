@@ -13,20 +13,20 @@ import (
 // versionDetector is implemented by builders that can say which TensorRT
 // they drive before building (Trtexec does, from trtexec's banner).
 type versionDetector interface {
-	DetectVersion(ctx context.Context) (TRTVersion, error)
+	DetectVersion(ctx context.Context) (manifest.TRTVersion, error)
 }
 
-func (b *builder) trtVersion(ctx context.Context) (TRTVersion, error) {
+func (b *builder) trtVersion(ctx context.Context) (manifest.TRTVersion, error) {
 	if b.trtV != nil {
 		return *b.trtV, nil
 	}
 	d, ok := b.o.Builder.(versionDetector)
 	if !ok {
-		return TRTVersion{}, nil
+		return manifest.TRTVersion{}, nil
 	}
 	v, err := d.DetectVersion(ctx)
 	if err != nil {
-		return TRTVersion{}, err
+		return manifest.TRTVersion{}, err
 	}
 	b.trtV = &v
 	return v, nil

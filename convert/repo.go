@@ -215,7 +215,7 @@ type builder struct {
 	man   *manifest.Manifest
 	fp32  saved // the source as written for the variants, once made
 	fp16  saved // the fp16 rewrite, once made
-	trtV  *TRTVersion
+	trtV  *manifest.TRTVersion
 }
 
 func (b *builder) variant(ctx context.Context, v manifest.Variant) Row {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/internal/execx"
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 // Builder builds a TensorRT engine from an ONNX model.
@@ -33,7 +34,7 @@ type Trtexec struct {
 	// Timeout bounds one build; zero means none.
 	Timeout time.Duration
 	// Version, when set, skips asking trtexec for its version.
-	Version TRTVersion
+	Version manifest.TRTVersion
 	// OnLine, when set, sees every line trtexec prints (progress, logs).
 	OnLine func(execx.Line)
 	// Logger receives debug records; nil discards them.
@@ -45,7 +46,7 @@ var _ Builder = (*Trtexec)(nil)
 // BuildResult describes a finished engine build.
 type BuildResult struct {
 	// Version is the TensorRT release that built the engine.
-	Version TRTVersion
+	Version manifest.TRTVersion
 	// PrecisionPath says how the precision was asked for.
 	PrecisionPath PrecisionPath
 	// Command is the argv that ran, program first.
@@ -64,7 +65,7 @@ type BuildResult struct {
 // BuildError reports a trtexec run that produced no engine.
 type BuildError struct {
 	ONNX    string
-	Version TRTVersion
+	Version manifest.TRTVersion
 	// Status is trtexec's verdict; unknown when it stopped without one.
 	Status Status
 	// Errors are the [E] lines of the log (the first few).
@@ -156,7 +157,7 @@ const versionTimeout = 2 * time.Minute
 // prints the banner "&&&& RUNNING TensorRT.trtexec [TensorRT v101601] ..."
 // first (corpus trt10.16_trtexec_help.txt). Its exit status is not relied
 // upon; the banner is.
-func (t *Trtexec) DetectVersion(ctx context.Context) (TRTVersion, error) {
+func (t *Trtexec) DetectVersion(ctx context.Context) (manifest.TRTVersion, error) {
 	if !t.Version.IsZero() {
 		return t.Version, nil
 	}
@@ -178,13 +179,13 @@ func (t *Trtexec) DetectVersion(ctx context.Context) (TRTVersion, error) {
 	}
 	if banner == "" {
 		if err != nil {
-			return TRTVersion{}, fmt.Errorf("asking trtexec for its version: %w", err)
+			return manifest.TRTVersion{}, fmt.Errorf("asking trtexec for its version: %w", err)
 		}
-		return TRTVersion{}, fmt.Errorf("asking trtexec for its version: no \"&&&& RUNNING\" banner in the output of %s --help", t.path())
+		return manifest.TRTVersion{}, fmt.Errorf("asking trtexec for its version: no \"&&&& RUNNING\" banner in the output of %s --help", t.path())
 	}
 	b, perr := ParseBanner(banner)
 	if perr != nil {
-		return TRTVersion{}, fmt.Errorf("asking trtexec for its version: %w", perr)
+		return manifest.TRTVersion{}, fmt.Errorf("asking trtexec for its version: %w", perr)
 	}
 	return b.Version, nil
 }

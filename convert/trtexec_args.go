@@ -3,6 +3,8 @@ package convert
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 // PrecisionPath records how an engine got its precision, for provenance.
@@ -30,7 +32,7 @@ const (
 
 // UnsupportedError reports a build the TensorRT release cannot do.
 type UnsupportedError struct {
-	Version TRTVersion
+	Version manifest.TRTVersion
 	// Reason says what is missing and what to do instead.
 	Reason string
 }
@@ -43,7 +45,7 @@ func (e *UnsupportedError) Error() string {
 // MinTRT is the oldest TensorRT release kiln drives: older trtexec lacks
 // the shape and timing-cache flags kiln uses, and calibration caches and
 // plans from 7.x are not worth supporting.
-var MinTRT = TRTVersion{Major: 8}
+var MinTRT = manifest.TRTVersion{Major: 8}
 
 // Args returns the trtexec arguments (without the program name) that build
 // spec with TensorRT v; PrecisionPathFor says which path they take. A build
@@ -82,18 +84,18 @@ var MinTRT = TRTVersion{Major: 8}
 //     the 10.16 --help, so kiln asks for 10+ (not verified for 10.0-10.15).
 //   - --exportLayerInfo and --profilingVerbosity=detailed: present in the
 //     8.2-era source; kiln asks for 8.2+.
-func Args(spec BuildSpec, v TRTVersion) ([]string, error) {
+func Args(spec BuildSpec, v manifest.TRTVersion) ([]string, error) {
 	args, _, err := buildArgs(spec, v)
 	return args, err
 }
 
 // PrecisionPathFor returns how Args(spec, v) asks for the precision.
-func PrecisionPathFor(spec BuildSpec, v TRTVersion) (PrecisionPath, error) {
+func PrecisionPathFor(spec BuildSpec, v manifest.TRTVersion) (PrecisionPath, error) {
 	_, path, err := buildArgs(spec, v)
 	return path, err
 }
 
-func buildArgs(spec BuildSpec, v TRTVersion) ([]string, PrecisionPath, error) {
+func buildArgs(spec BuildSpec, v manifest.TRTVersion) ([]string, PrecisionPath, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, "", err
 	}

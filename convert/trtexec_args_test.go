@@ -4,14 +4,16 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 var (
-	trt82  = TRTVersion{8, 2, 3}
-	trt84  = TRTVersion{8, 4, 1}
-	trt86  = TRTVersion{8, 6, 1}
-	trt103 = TRTVersion{10, 3, 0}
-	trt11  = TRTVersion{11, 0, 0}
+	trt82  = manifest.TRTVersion{Major: 8, Minor: 2, Patch: 3}
+	trt84  = manifest.TRTVersion{Major: 8, Minor: 4, Patch: 1}
+	trt86  = manifest.TRTVersion{Major: 8, Minor: 6, Patch: 1}
+	trt103 = manifest.TRTVersion{Major: 10, Minor: 3, Patch: 0}
+	trt11  = manifest.TRTVersion{Major: 11, Minor: 0, Patch: 0}
 )
 
 func intp(i int) *int { return &i }
@@ -38,7 +40,7 @@ func TestArgs(t *testing.T) {
 	tests := []struct {
 		name     string
 		spec     BuildSpec
-		v        TRTVersion
+		v        manifest.TRTVersion
 		want     string
 		wantPath PrecisionPath
 	}{
@@ -118,14 +120,14 @@ func TestArgsUnsupported(t *testing.T) {
 	tests := []struct {
 		name string
 		spec BuildSpec
-		v    TRTVersion
+		v    manifest.TRTVersion
 		want string
 	}{
 		{"11 fp16 from fp32 onnx", fp16, trt11,
 			"TensorRT 11.0.0: TensorRT 11 builds fp16 only from an fp16 ONNX model; run the fp16 rewrite first"},
 		{"11 int8 cache", cache, trt11,
 			"TensorRT 11.0.0: TensorRT 11 has no calibration caches (--calib was removed); build int8 from a Q/DQ ONNX model"},
-		{"7.1", fp16, TRTVersion{7, 1, 3}, "TensorRT 7.1.3: kiln drives trtexec from TensorRT 8.0 on"},
+		{"7.1", fp16, manifest.TRTVersion{Major: 7, Minor: 1, Patch: 3}, "TensorRT 7.1.3: kiln drives trtexec from TensorRT 8.0 on"},
 		{"opt level on 8.4", func() BuildSpec { s := fp16; s.OptimizationLevel = intp(3); return s }(), trt84,
 			"TensorRT 8.4.1: --builderOptimizationLevel needs TensorRT 8.6 or later"},
 		{"version compatible on 8.4", func() BuildSpec { s := fp16; s.VersionCompatible = true; return s }(), trt84,

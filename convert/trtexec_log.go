@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 // Status is trtexec's final verdict, from its last "&&&&" line.
@@ -35,7 +37,7 @@ const (
 type Log struct {
 	// Version comes from the banner ("[TensorRT v101601]"), else from the
 	// "TensorRT version: 10.16.1" line.
-	Version *TRTVersion `json:"version,omitempty"`
+	Version *manifest.TRTVersion `json:"version,omitempty"`
 	// Build is the build number of "[b11]"; empty before TensorRT 8.4.
 	Build string `json:"build,omitempty"`
 	// Command is the command line from the banner, argv joined by spaces.
@@ -291,7 +293,7 @@ func (l *Log) parseInfo(text string) {
 		l.ComputeCapability = val
 	case key == "TensorRT version":
 		if l.Version == nil {
-			if v, err := ParseTRTVersion(val); err == nil {
+			if v, err := manifest.ParseTRTVersion(val); err == nil {
 				l.Version = &v
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/internal/execx"
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 // doubleSetup configures trtexecDouble (trtexec_double_test.go) for one test.
@@ -98,7 +99,7 @@ func TestTrtexecBuildArgv(t *testing.T) {
 		name    string
 		double  doubleSetup
 		spec    BuildSpec
-		version TRTVersion
+		version manifest.TRTVersion
 		want    string // argv after --saveEngine=<tmp>
 	}{
 		{"8.4 fp32", doubleSetup{log: "trt8.4_result-FP32.log"}, dyn(FP32, false, false, ""), trt84,
@@ -109,15 +110,15 @@ func TestTrtexecBuildArgv(t *testing.T) {
 			shapes + " --int8 --fp16 --memPoolSize=workspace:1024M --buildOnly"},
 		{"8.4 int8 cache", doubleSetup{log: "trt8.4_result-FP16.log"}, dyn(INT8, false, false, "model.cache"), trt84,
 			shapes + " --int8 --fp16 --calib=model.cache --memPoolSize=workspace:1024M --buildOnly"},
-		{"10.16 fp32", doubleSetup{log: "trt10.16_result-02.log"}, dyn(FP32, false, false, ""), TRTVersion{10, 16, 1},
+		{"10.16 fp32", doubleSetup{log: "trt10.16_result-02.log"}, dyn(FP32, false, false, ""), manifest.TRTVersion{Major: 10, Minor: 16, Patch: 1},
 			shapes + " --memPoolSize=workspace:1024M --skipInference"},
-		{"10.16 fp16", doubleSetup{log: "trt10.16_result-02.log"}, dyn(FP16, false, false, ""), TRTVersion{10, 16, 1},
+		{"10.16 fp16", doubleSetup{log: "trt10.16_result-02.log"}, dyn(FP16, false, false, ""), manifest.TRTVersion{Major: 10, Minor: 16, Patch: 1},
 			shapes + " --fp16 --memPoolSize=workspace:1024M --skipInference"},
-		{"10.16 fp16 onnx", doubleSetup{log: "trt10.16_result-02.log"}, dyn(FP16, true, false, ""), TRTVersion{10, 16, 1},
+		{"10.16 fp16 onnx", doubleSetup{log: "trt10.16_result-02.log"}, dyn(FP16, true, false, ""), manifest.TRTVersion{Major: 10, Minor: 16, Patch: 1},
 			shapes + " --stronglyTyped --memPoolSize=workspace:1024M --skipInference"},
-		{"10.16 int8 qdq", doubleSetup{log: "trt10.16_result-02.log"}, dyn(INT8, false, true, ""), TRTVersion{10, 16, 1},
+		{"10.16 int8 qdq", doubleSetup{log: "trt10.16_result-02.log"}, dyn(INT8, false, true, ""), manifest.TRTVersion{Major: 10, Minor: 16, Patch: 1},
 			shapes + " --stronglyTyped --memPoolSize=workspace:1024M --skipInference"},
-		{"10.16 int8 cache", doubleSetup{log: "trt10.16_result-02.log"}, dyn(INT8, false, false, "model.cache"), TRTVersion{10, 16, 1},
+		{"10.16 int8 cache", doubleSetup{log: "trt10.16_result-02.log"}, dyn(INT8, false, false, "model.cache"), manifest.TRTVersion{Major: 10, Minor: 16, Patch: 1},
 			shapes + " --int8 --fp16 --calib=model.cache --memPoolSize=workspace:1024M --skipInference"},
 		// No TensorRT 11 log exists: the 10.16 log is presented as 11.0.0.
 		{"11 fp32", doubleSetup{log: "trt10.16_result-02.log", version: "110000"}, dyn(FP32, false, false, ""), trt11,
@@ -318,7 +319,7 @@ func TestTrtexecDetectVersion(t *testing.T) {
 }
 
 func TestTrtexecTarget(t *testing.T) {
-	v103 := VersionSpec{Major: 10, Minor: 3}
+	v103 := manifest.TRTSpec{TRTVersion: manifest.TRTVersion{Major: 10, Minor: 3}, AnyPatch: true}
 	tests := []struct {
 		name   string
 		target Target
