@@ -130,7 +130,7 @@ func (o *convertOptions) run(c *cobra.Command, g *globalOptions, model string) e
 			return err
 		}
 		for _, id := range p.Variants {
-			v, err := convert.ParseVariant(id)
+			v, err := manifest.ParseVariant(id)
 			if err != nil {
 				return usageErr(fmt.Errorf("%s: %w", o.file, err))
 			}
@@ -138,7 +138,7 @@ func (o *convertOptions) run(c *cobra.Command, g *globalOptions, model string) e
 		}
 	}
 	for _, id := range o.variantIDs {
-		v, err := convert.ParseVariant(id)
+		v, err := manifest.ParseVariant(id)
 		if err != nil {
 			return usageErr(err)
 		}
@@ -362,12 +362,15 @@ func printConvert(w io.Writer, format string, res *convert.Result) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VARIANT\tMODEL\tFILE\tSIZE\tTIME\tSTATUS")
 	for _, r := range res.Rows {
-		status := r.Status
-		if r.Detail != "" {
-			status = r.Detail
-			if r.Status == "built" {
-				status = "built (" + r.Detail + ")"
+		status := string(r.Status)
+		switch {
+		case !r.Reused && (r.Status == manifest.StatusOK || r.Status == manifest.StatusPerfOnly):
+			status = "built"
+			if r.Detail != "" {
+				status += " (" + r.Detail + ")"
 			}
+		case r.Detail != "":
+			status = r.Detail
 		}
 		size := ""
 		if r.Size > 0 {

@@ -28,6 +28,7 @@ func TestConvertPartialAndRerun(t *testing.T) {
 	var res struct {
 		Variants []struct {
 			Model, Status, Detail string
+			Reused                bool
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
@@ -36,8 +37,11 @@ func TestConvertPartialAndRerun(t *testing.T) {
 	status := map[string]string{}
 	for _, v := range res.Variants {
 		status[v.Model] = v.Status
+		if v.Reused {
+			status[v.Model] = "cached"
+		}
 	}
-	want := map[string]string{"tinynet_onnx_fp32_b8": "cached", "tinynet_onnx_fp16_b8": "cached", "tinynet_trt_fp32_b8": "needs-tensorrt", "tinynet_trt_fp16_b8": "needs-tensorrt"}
+	want := map[string]string{"tinynet_onnx_fp32_b8": "cached", "tinynet_onnx_fp16_b8": "cached", "tinynet_trt_fp32_b8": "needs-gpu", "tinynet_trt_fp16_b8": "needs-gpu"}
 	for k, v := range want {
 		if status[k] != v {
 			t.Errorf("rerun status of %s = %q, want %q", k, status[k], v)

@@ -69,7 +69,7 @@ func (b *builder) planArtifact(ctx context.Context, v manifest.Variant, model st
 			spec.MaxBatch = pbtxt.DefaultMaxBatchSize
 		}
 	}
-	a := &artifact{platform: pbtxt.PlatformTensorRT, status: "ok"}
+	a := &artifact{platform: pbtxt.PlatformTensorRT, status: manifest.StatusOK}
 	switch v.Precision {
 	case manifest.FP16:
 		if ver.Major >= 11 {
@@ -88,7 +88,7 @@ func (b *builder) planArtifact(ctx context.Context, v manifest.Variant, model st
 			spec.CalibCache, spec.Int8Mode = b.o.Int8.Cache, Int8Cache
 		case b.o.Int8.RandomRanges:
 			spec.Int8Mode = Int8Random
-			a.status = "perf-only"
+			a.status = manifest.StatusPerfOnly
 			a.note = "perf-only: int8 ranges are trtexec placeholders, not calibrated"
 		default:
 			return nil, fmt.Errorf("int8 mode %q needs the matching file from `kiln calibrate` (model.int8.onnx for qdq, calibration.cache for cache)", mode)

@@ -96,8 +96,11 @@ type Row struct {
 	File     string           `json:"file,omitempty"`
 	Size     int64            `json:"size,omitempty"`
 	Duration time.Duration    `json:"duration_ns"`
-	// Status is "built", "cached", "needs-tensorrt" or "failed".
-	Status string `json:"status"`
+	// Status is the variant's state, as kiln.json records it.
+	Status manifest.Status `json:"status"`
+	// Reused says the repository already held the variant, unchanged, and
+	// this run did no work for it ("using existing <variant>").
+	Reused bool   `json:"reused,omitempty"`
 	Detail string `json:"detail,omitempty"`
 	Err    error  `json:"-"`
 }
@@ -112,7 +115,7 @@ type Result struct {
 // Partial reports whether some variant needs TensorRT that is missing here.
 func (r *Result) Partial() bool {
 	for _, row := range r.Rows {
-		if row.Status == "needs-tensorrt" {
+		if row.Status == manifest.StatusNeedsGPU {
 			return true
 		}
 	}
@@ -123,7 +126,7 @@ func (r *Result) Partial() bool {
 func (r *Result) Failed() []Row {
 	var out []Row
 	for _, row := range r.Rows {
-		if row.Status == "failed" {
+		if row.Status == manifest.StatusFailed {
 			out = append(out, row)
 		}
 	}
@@ -226,10 +229,10 @@ func (b *builder) variant(ctx context.Context, v manifest.Variant) Row {
 	if err != nil {
 		return b.fail(row, start, err)
 	}
-	if rec := b.man.Model(model); rec != nil && !b.o.Force && rec.Build != nil && rec.Build.CacheKey == key && rec.Status != "needs-gpu" {
+	if rec := b.man.Model(model); rec != nil && !b.o.Force && rec.Build != nil && rec.Build.CacheKey == key && rec.Status != manifest.StatusNeedsGPU {
 		if err := verifyFiles(filepath.Join(b.o.Repo, model), rec.Files); err == nil {
 			b.log.Info("using existing "+v.ID(), "variant", v.ID(), "path", model)
-			row.Status, row.Detail = "cached", "using existing "+v.ID()
+			row.Status, row.Reused, row.Detail = rec.Status, true, "using existing "+v.ID()
 			row.File, row.Size = mainFile(rec)
 			row.Duration = time.Since(start)
 			return row
@@ -242,9 +245,9 @@ func (b *builder) variant(ctx context.Context, v manifest.Variant) Row {
 		if why == "" {
 			why = "trtexec not found"
 		}
-		row.Status, row.Detail = "needs-tensorrt", "needs TensorRT ("+why+")"
+		row.Status, row.Detail = manifest.StatusNeedsGPU, "needs TensorRT ("+why+")"
 		b.man.Put(&manifest.Model{Name: model, Variant: v, Source: b.src, Version: 1, Files: []manifest.File{},
-			Status: "needs-gpu", Note: row.Detail})
+			Status: row.Status, Note: row.Detail})
 		row.Duration = time.Since(start)
 		return row
 	}
@@ -270,7 +273,7 @@ func (b *builder) variant(ctx context.Context, v manifest.Variant) Row {
 	rec.Build.CacheKey = key
 	rec.Build.Duration = time.Since(start)
 	b.man.Put(rec)
-	row.Status = "built"
+	row.Status = rec.Status
 	row.File, row.Size = mainFile(rec)
 	row.Duration = time.Since(start)
 	if art.note != "" {
@@ -315,7 +318,7 @@ func (b *builder) load() error {
 }
 
 func (b *builder) fail(row Row, start time.Time, err error) Row {
-	row.Status, row.Err = "failed", fmt.Errorf("variant %s: %w", row.Variant.ID(), err)
+	row.Status, row.Err = manifest.StatusFailed, fmt.Errorf("variant %s: %w", row.Variant.ID(), err)
 	row.Detail = err.Error()
 	row.Duration = time.Since(start)
 	b.log.Info("variant failed", "variant", row.Variant.ID(), "err", err) // the result table and exit status report it
@@ -328,13 +331,13 @@ type artifact struct {
 	platform string
 	build    *manifest.Build
 	calib    *manifest.Calibration
-	status   string
+	status   manifest.Status
 	note     string
 	extra    map[string]string // more files for the version directory
 }
 
 func (b *builder) onnxArtifact(v manifest.Variant) (*artifact, error) {
-	a := &artifact{platform: pbtxt.PlatformONNX, status: "ok", build: &manifest.Build{Tool: "kiln", ToolVersion: b.o.ToolVersion, Inputs: []manifest.Digest{b.src}}}
+	a := &artifact{platform: pbtxt.PlatformONNX, status: manifest.StatusOK, build: &manifest.Build{Tool: "kiln", ToolVersion: b.o.ToolVersion, Inputs: []manifest.Digest{b.src}}}
 	switch v.Precision {
 	case manifest.FP32:
 		art, _, err := b.fp32Model()

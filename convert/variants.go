@@ -107,44 +107,6 @@ func (m Matrix) Expand() []manifest.Variant {
 	return out
 }
 
-// ParseVariant reads a variant ID such as "trt-int8-b16-x4" (the form
-// Variant.ID prints; '_' works as a separator too).
-func ParseVariant(id string) (manifest.Variant, error) {
-	parts := strings.FieldsFunc(strings.ToLower(id), func(r rune) bool { return r == '-' || r == '_' })
-	if len(parts) < 2 {
-		return manifest.Variant{}, fmt.Errorf("variant %q: want <runtime>-<precision>[-b<max batch>][-x<instances>][-sm<cc>], e.g. trt-int8-b16-x4", id)
-	}
-	r, err := manifest.ParseRuntime(parts[0])
-	if err != nil {
-		return manifest.Variant{}, fmt.Errorf("variant %q: %w", id, err)
-	}
-	p, err := manifest.ParsePrecision(parts[1])
-	if err != nil {
-		return manifest.Variant{}, fmt.Errorf("variant %q: %w", id, err)
-	}
-	v := manifest.Variant{Runtime: r, Precision: p}
-	for _, part := range parts[2:] {
-		var err error
-		switch {
-		case strings.HasPrefix(part, "b"):
-			v.MaxBatch, err = strconv.Atoi(part[1:])
-		case strings.HasPrefix(part, "x"):
-			v.Instances, err = strconv.Atoi(part[1:])
-		case strings.HasPrefix(part, "sm") && len(part) >= 4:
-			v.Target = part[2:len(part)-1] + "." + part[len(part)-1:]
-		default:
-			err = errors.New("unknown part")
-		}
-		if err != nil || v.MaxBatch < 0 || v.Instances < 0 {
-			return manifest.Variant{}, fmt.Errorf("variant %q: cannot read %q (want b<max batch>, x<instances> or sm<compute capability>)", id, part)
-		}
-	}
-	if v.Instances == 1 {
-		v.Instances = 0
-	}
-	return v, nil
-}
-
 // Plan is a checked list of variants for one model.
 type Plan struct {
 	Variants []manifest.Variant

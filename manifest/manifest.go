@@ -144,10 +144,35 @@ type Model struct {
 	Calibration *Calibration    `json:"calibration,omitempty"`
 	Build       *Build          `json:"build,omitempty"`
 	Checks      json.RawMessage `json:"checks,omitempty"`
-	// Status is "ok", "needs-gpu" (a plan variant that could not be built
-	// here), "failed" or "perf-only" (int8 from random ranges).
-	Status string `json:"status"`
-	Note   string `json:"note,omitempty"`
+	Status      Status          `json:"status"`
+	Note        string          `json:"note,omitempty"`
+}
+
+// Status is the state of a variant, one word per state, the same in
+// kiln.json and in every stage's result.
+type Status string
+
+// The states of a variant.
+const (
+	// StatusOK: built, loaded and recorded.
+	StatusOK Status = "ok"
+	// StatusPerfOnly: built from placeholder int8 ranges (no calibration);
+	// its speed means something, its outputs do not.
+	StatusPerfOnly Status = "perf-only"
+	// StatusNeedsGPU: needs a GPU or TensorRT that this machine lacks;
+	// nothing was written for it.
+	StatusNeedsGPU Status = "needs-gpu"
+	// StatusFailed: building or checking it failed.
+	StatusFailed Status = "failed"
+)
+
+// Validate checks that s is one of the states.
+func (s Status) Validate() error {
+	switch s {
+	case StatusOK, StatusPerfOnly, StatusNeedsGPU, StatusFailed:
+		return nil
+	}
+	return fmt.Errorf("status %q is not ok, perf-only, needs-gpu or failed", string(s))
 }
 
 // Tensor is one input or output of a model file.
@@ -238,6 +263,9 @@ func (m *Manifest) Validate() error {
 			if err := f.Digest.Validate(); err != nil {
 				return fmt.Errorf("models[%d].files[%d]: %w", i, j, err)
 			}
+		}
+		if err := r.Status.Validate(); err != nil {
+			return fmt.Errorf("models[%d]: %w", i, err)
 		}
 	}
 	return nil

@@ -90,3 +90,61 @@ func TestDigest(t *testing.T) {
 		t.Error("Validate(bad digest) = nil")
 	}
 }
+
+func TestParseVariant(t *testing.T) {
+	v, err := ParseVariant("trt-int8-b16-x4")
+	if err != nil || v.Runtime != RuntimeTRT || v.Precision != INT8 || v.MaxBatch != 16 || v.Instances != 4 {
+		t.Errorf("ParseVariant = %+v, %v", v, err)
+	}
+	for _, bad := range []string{"trt", "gpu-fp16", "onnx-int4", "onnx-fp32-q3", "trt-fp16-smx6"} {
+		if _, err := ParseVariant(bad); err == nil {
+			t.Errorf("ParseVariant(%q) = nil error", bad)
+		}
+	}
+	for id, want := range map[string]Variant{
+		"onnx_fp16_b4_x1":     {Runtime: RuntimeONNX, Precision: FP16, MaxBatch: 4},
+		"trt-fp16-sm86":       {Runtime: RuntimeTRT, Precision: FP16, Target: "8.6"},
+		"tensorrt-fp32-sm120": {Runtime: RuntimeTRT, Precision: FP32, Target: "12.0"},
+	} {
+		got, err := ParseVariant(id)
+		if err != nil || got != want {
+			t.Errorf("ParseVariant(%q) = %+v, %v, want %+v", id, got, err, want)
+		}
+		if back, err := ParseVariant(got.ID()); err != nil || back != got {
+			t.Errorf("ParseVariant(%q) = %+v, %v, want %+v back", got.ID(), back, err, got)
+		}
+	}
+}
+
+func TestParseComputeCapability(t *testing.T) {
+	for in, want := range map[string]string{"8.6": "8.6", "86": "8.6", "sm86": "8.6", "sm_90": "9.0", "SM120": "12.0", "12.0": "12.0", " 7.5 ": "7.5"} {
+		if got, err := ParseComputeCapability(in); err != nil || got != want {
+			t.Errorf("ParseComputeCapability(%q) = %q, %v, want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "8", "a100", "8.x", "8.10", "0.5", "sm", "-8.6", "8.-6"} {
+		if got, err := ParseComputeCapability(bad); err == nil {
+			t.Errorf("ParseComputeCapability(%q) = %q, want an error", bad, got)
+		}
+	}
+}
+
+// A record's status is one of the four states; anything else in kiln.json
+// (such as a run outcome like "cached") is refused with the record named.
+func TestStatusValidate(t *testing.T) {
+	d := DigestBytes([]byte("model"))
+	for _, s := range []Status{StatusOK, StatusPerfOnly, StatusNeedsGPU, StatusFailed} {
+		m := New("kiln test")
+		m.Put(&Model{Name: "m", Source: d, Version: 1, Status: s})
+		if err := m.Validate(); err != nil {
+			t.Errorf("Validate(status %s) = %v", s, err)
+		}
+	}
+	for _, s := range []Status{"", "cached", "needs-tensorrt", "OK"} {
+		m := New("kiln test")
+		m.Put(&Model{Name: "m", Source: d, Version: 1, Status: s})
+		if err := m.Validate(); err == nil || !strings.Contains(err.Error(), "models[0]") {
+			t.Errorf("Validate(status %q) = %v, want an error naming models[0]", s, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -72,6 +73,72 @@ func (v Variant) Validate() error {
 		return fmt.Errorf("instance count %d is negative", v.Instances)
 	}
 	return nil
+}
+
+// ParseComputeCapability reads a GPU compute capability written as "8.6",
+// "86", "sm86" or "sm_86" and returns it as "major.minor" ("8.6"; "12.0"
+// for sm120).
+func ParseComputeCapability(s string) (string, error) {
+	in := strings.TrimSpace(strings.ToLower(s))
+	digits := strings.TrimPrefix(strings.TrimPrefix(in, "sm"), "_")
+	major, minor, dotted := strings.Cut(digits, ".")
+	if !dotted {
+		if len(digits) < 2 {
+			major = ""
+		} else {
+			major, minor = digits[:len(digits)-1], digits[len(digits)-1:]
+		}
+	}
+	ma, err1 := strconv.Atoi(major)
+	mi, err2 := strconv.Atoi(minor)
+	if err1 != nil || err2 != nil || ma < 1 || ma > 99 || mi < 0 || mi > 9 || strings.ContainsAny(major+minor, "+-") {
+		return "", fmt.Errorf("compute capability %q: want major.minor like 8.6, or sm86", s)
+	}
+	return fmt.Sprintf("%d.%d", ma, mi), nil
+}
+
+// ParseVariant reads a variant ID such as "trt-int8-b16-x4" (the form ID
+// prints; '_' works as a separator too): runtime, precision, then optional
+// b<max batch>, x<instances> and sm<compute capability>.
+func ParseVariant(id string) (Variant, error) {
+	parts := strings.FieldsFunc(strings.ToLower(id), func(r rune) bool { return r == '-' || r == '_' })
+	if len(parts) < 2 {
+		return Variant{}, fmt.Errorf("variant %q: want <runtime>-<precision>[-b<max batch>][-x<instances>][-sm<cc>], e.g. trt-int8-b16-x4", id)
+	}
+	r, err := ParseRuntime(parts[0])
+	if err != nil {
+		return Variant{}, fmt.Errorf("variant %q: %w", id, err)
+	}
+	p, err := ParsePrecision(parts[1])
+	if err != nil {
+		return Variant{}, fmt.Errorf("variant %q: %w", id, err)
+	}
+	v := Variant{Runtime: r, Precision: p}
+	for _, part := range parts[2:] {
+		var err error
+		switch {
+		case strings.HasPrefix(part, "b"):
+			v.MaxBatch, err = strconv.Atoi(part[1:])
+		case strings.HasPrefix(part, "x"):
+			v.Instances, err = strconv.Atoi(part[1:])
+		case strings.HasPrefix(part, "sm") && len(part) >= 4:
+			v.Target, err = ParseComputeCapability(part)
+		default:
+			err = errors.New("unknown part")
+		}
+		if err != nil || v.MaxBatch < 0 || v.Instances < 0 {
+			return Variant{}, fmt.Errorf("variant %q: cannot read %q (want b<max batch>, x<instances> or sm<compute capability>)", id, part)
+		}
+	}
+	return v.normal(), nil
+}
+
+// normal writes one instance as 0, so that equal variants compare equal.
+func (v Variant) normal() Variant {
+	if v.Instances == 1 {
+		v.Instances = 0
+	}
+	return v
 }
 
 // ID is the variant's stable identifier, e.g. "trt-int8-b16-x4".
