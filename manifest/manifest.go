@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -43,6 +44,15 @@ func (d Digest) Validate() error {
 	return nil
 }
 
+// NewHash returns the hash a Digest is made with (SHA-256), for content
+// that is hashed in pieces; HashDigest turns what it has seen into a Digest.
+func NewHash() hash.Hash { return sha256.New() }
+
+// HashDigest returns the digest of everything written to h, a hash from NewHash.
+func HashDigest(h hash.Hash) Digest {
+	return Digest("sha256:" + hex.EncodeToString(h.Sum(nil)))
+}
+
 // DigestBytes hashes b.
 func DigestBytes(b []byte) Digest {
 	s := sha256.Sum256(b)
@@ -51,12 +61,12 @@ func DigestBytes(b []byte) Digest {
 
 // DigestReader hashes everything r yields and returns the digest and byte count.
 func DigestReader(r io.Reader) (Digest, int64, error) {
-	h := sha256.New()
+	h := NewHash()
 	n, err := io.Copy(h, r)
 	if err != nil {
 		return "", n, err
 	}
-	return Digest("sha256:" + hex.EncodeToString(h.Sum(nil))), n, nil
+	return HashDigest(h), n, nil
 }
 
 // DigestFile hashes a file by streaming it.
@@ -190,6 +200,26 @@ type Calibration struct {
 	Top1Agreement float64 `json:"top1_agreement,omitempty"`
 	Cosine        float64 `json:"cosine,omitempty"`
 	RandomRanges  bool    `json:"random_ranges,omitempty"`
+}
+
+// CalibrationOutput is what `kiln calibrate` hands the int8 variants: where
+// the files it wrote are, and how they were made. calibrate.ReadOutput reads
+// it from calibrate's output directory; convert takes it as it is.
+type CalibrationOutput struct {
+	// Dir is the directory calibrate wrote.
+	Dir string
+	// QDQModel is the explicitly quantized ONNX model (model.int8.onnx) and
+	// Cache the TensorRT calibration cache (calibration.cache), as paths;
+	// each is empty when the directory does not hold it.
+	QDQModel, Cache string
+	// Model is the digest of the fp32 model that was calibrated.
+	Model Digest
+	// Calibration is what kiln.json records for every int8 variant made
+	// from this output: method, dataset digest, calibration samples and the
+	// Q/DQ model's agreement with fp32 (first output).
+	Calibration Calibration
+	// ValidationSamples is how many samples measured that agreement (0: none).
+	ValidationSamples int
 }
 
 // Build records how an artifact was produced.
