@@ -29,11 +29,18 @@ func RepoRoot(t testing.TB) string {
 // the corpus is absent.
 func Corpus(t testing.TB, elem ...string) string {
 	t.Helper()
-	dir := filepath.Join(append([]string{RepoRoot(t), "..", "shared", "corpus"}, elem...)...)
+	dir := CorpusPath(t, elem...)
 	if _, err := os.Stat(dir); err != nil {
 		t.Skipf("shared corpus not found at %s (it lives in ../shared/corpus next to the repository): %v", dir, err)
 	}
 	return dir
+}
+
+// CorpusPath is the path Corpus returns, without checking that it exists:
+// for fuzz seeds and globs, which simply find nothing without the corpus.
+func CorpusPath(t testing.TB, elem ...string) string {
+	t.Helper()
+	return filepath.Join(append([]string{RepoRoot(t), "..", "shared", "corpus"}, elem...)...)
 }
 
 // Golden compares got with the golden file testdata/<test name>/<name>.golden
