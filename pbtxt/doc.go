@@ -2,6 +2,11 @@
 // (config.pbtxt, protobuf text format of inference.ModelConfig) and the model
 // repositories that hold them.
 //
+// It is a building block, not a stage: convert writes configs with it,
+// serve and pack read repositories with it, and `kiln pbtxt` exposes it. It
+// uses only the other building blocks (onnx for model signatures, manifest
+// for the signatures kiln.json records for TensorRT plans).
+//
 // It follows Triton's own rules: the schema of model_config.proto
 // (configpb, package inference), the text format as Triton's C++ parser
 // accepts it (both `input [ {...} ]` and repeated `input {...}`, `#` comments,
@@ -20,4 +25,6 @@
 //   - Generate builds a config from a model signature, the way Triton's
 //     auto-complete would, plus kiln's deployment options.
 //   - WriteModel lays a model out in a repository atomically.
+//   - SignatureFromManifest, ManifestTensors and PlanSignatures convert
+//     between signatures and what kiln.json records.
 package pbtxt

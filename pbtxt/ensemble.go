@@ -2,6 +2,8 @@ package pbtxt
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -70,7 +72,7 @@ func checkEnsembleRepo(name string, r *Repository, st *lintState) Problems {
 			outs[out.GetName()] = out
 		}
 		batch := sc.GetMaxBatchSize() > 0
-		for _, k := range sortedKeys(s.GetInputMap()) {
+		for _, k := range slices.Sorted(maps.Keys(s.GetInputMap())) {
 			t := s.GetInputMap()[k]
 			in, ok := ins[k]
 			if !ok {
@@ -81,7 +83,7 @@ func checkEnsembleRepo(name string, r *Repository, st *lintState) Problems {
 			}
 			use(t, tensorUse{s.GetModelName(), in.GetDataType(), in.GetDims(), batch})
 		}
-		for _, k := range sortedKeys(s.GetOutputMap()) {
+		for _, k := range slices.Sorted(maps.Keys(s.GetOutputMap())) {
 			t := s.GetOutputMap()[k]
 			out, ok := outs[k]
 			if !ok {
@@ -200,7 +202,7 @@ func checkDecoupled(col *collector, name string, ens *configpb.ModelConfig, deco
 
 func mapValues(m map[string]string) []string {
 	out := make([]string, 0, len(m))
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		out = append(out, m[k])
 	}
 	return out

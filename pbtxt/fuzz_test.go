@@ -55,11 +55,11 @@ func FuzzParse(f *testing.F) {
 		if again := Print(back); !bytes.Equal(again, out) {
 			t.Fatalf("Print is not stable:\n%s\n---\n%s", out, again)
 		}
-		Validate(c, Options{DirName: "m", GPUs: 2})
+		Validate(c, ValidateOptions{DirName: "m", GPUs: 2})
 		CheckSignature(c, sig)
 		cc := Clone(c)
 		if Autofill(cc, "m", sig, AutofillOptions{DefaultMaxBatchSize: 4, GPUs: []int32{0}, Normalize: true}) == nil {
-			Validate(cc, Options{})
+			Validate(cc, ValidateOptions{})
 		}
 	})
 }

@@ -360,7 +360,7 @@ func Generate(sig Signature, o GenerateOptions) (*configpb.ModelConfig, error) {
 	if o.Complete {
 		Normalize(c, o.GPUs)
 	}
-	ps := append(Validate(c, Options{Autofill: false}), CheckSignature(c, sig)...)
+	ps := append(Validate(c, ValidateOptions{Autofill: false}), CheckSignature(c, sig)...)
 	if errs := ps.Errors(); len(errs) > 0 {
 		msgs := make([]string, len(errs))
 		for i, p := range errs {

@@ -43,7 +43,7 @@ func TestGenerateGolden(t *testing.T) {
 			t.Fatalf("Generate(%s) = %v", tc.name, err)
 		}
 		testutil.Golden(t, tc.name, Print(c))
-		if ps := Validate(c, Options{DirName: tc.opts.Name}); ps.HasErrors() {
+		if ps := Validate(c, ValidateOptions{DirName: tc.opts.Name}); ps.HasErrors() {
 			t.Errorf("Validate(Generate(%s)) = %v, want no errors", tc.name, ps)
 		}
 	}

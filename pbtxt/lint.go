@@ -3,8 +3,10 @@ package pbtxt
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -17,7 +19,8 @@ type LintOptions struct {
 	GPUs int
 	// Plans gives the signature of TensorRT plans by model name (kiln's
 	// manifest records them when engines are built); plans without one are
-	// not checked against their config.
+	// not checked against their config. LintPath reads them from the
+	// repository's kiln.json when Plans is nil (see PlanSignatures).
 	Plans map[string]Signature
 	// DefaultMaxBatchSize is Triton's default-max-batch-size for auto-complete
 	// (0 means Triton's default, 4).
@@ -44,20 +47,26 @@ func LintFile(path string, opts LintOptions) (Problems, error) {
 	if filepath.Base(path) == ConfigFile {
 		dir = filepath.Base(filepath.Dir(filepath.Clean(path)))
 	}
-	ps := Validate(c, Options{DirName: dir, GPUs: opts.GPUs, Autofill: true})
+	ps := Validate(c, ValidateOptions{DirName: dir, GPUs: opts.GPUs, Autofill: true})
 	return ps.WithFile(path), nil
 }
 
 func syntaxProblem(path string, se *SyntaxError) Problem {
-	return Problem{File: path, Message: fmt.Sprintf("syntax error at line %d, column %d: %s", se.Line, se.Col, se.Msg), Severity: Error}
+	return Problem{File: path, Message: fmt.Sprintf("syntax error at line %d, column %d: %s", se.Line, se.Col, se.Msg), Severity: SeverityError}
 }
 
 // LintPath lints a config file, a model directory (one holding config.pbtxt
-// or version directories) or a whole repository.
+// or version directories) or a whole repository, TensorRT plans against the
+// signatures kiln.json records when opts.Plans is nil.
 func LintPath(path string, opts LintOptions) (Problems, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("linting: %w", err)
+	}
+	if opts.Plans == nil {
+		if opts.Plans, err = PlanSignatures(path); err != nil {
+			return nil, err
+		}
 	}
 	if !st.IsDir() {
 		return LintFile(path, opts)
@@ -130,7 +139,7 @@ func LintRepository(dir string, opts LintOptions) (Problems, error) {
 		return nil, err
 	}
 	if len(r.Models) == 0 {
-		return Problems{{File: dir, Message: "the repository holds no model directories", Severity: Error}}, nil
+		return Problems{{File: dir, Message: "the repository holds no model directories", Severity: SeverityError}}, nil
 	}
 	return lintModels(r, r.Models, opts), nil
 }
@@ -185,7 +194,7 @@ func lintModel(m *Model, st *lintState, opts LintOptions) Problems {
 	if !m.HasConfig {
 		col.warnf("", "no %s: Triton auto-completes a config for ONNX, TensorRT and TensorFlow models only; write one with `kiln pbtxt gen`", ConfigFile)
 	}
-	ps := Validate(c, Options{DirName: m.Name, GPUs: opts.GPUs, Autofill: true})
+	ps := Validate(c, ValidateOptions{DirName: m.Name, GPUs: opts.GPUs, Autofill: true})
 	for _, p := range ps {
 		if p.Path == "platform" && strings.Contains(p.Message, "neither 'platform' nor 'backend'") {
 			continue
@@ -260,7 +269,7 @@ func lintFiles(col *collector, m *Model, c *configpb.ModelConfig) {
 			}
 			col.errorf("default_model_filename", "version %d has no %s, the file Triton loads for %s; %s", v, file, firstNonEmpty(c.GetPlatform(), c.GetBackend()), hint)
 		}
-		for _, k := range sortedKeys(c.GetCcModelFilenames()) {
+		for _, k := range slices.Sorted(maps.Keys(c.GetCcModelFilenames())) {
 			if f := c.GetCcModelFilenames()[k]; !have[f] {
 				col.errorf(key("cc_model_filenames", k), "version %d has no %s for compute capability %s", v, f, k)
 			}

@@ -11,16 +11,18 @@ type Severity int
 
 // Severities, most severe first.
 const (
-	// Error: Triton refuses the config or the model fails to load or serve.
-	Error Severity = iota
-	// Warning: Triton loads the model, but the config is probably not what
-	// was meant (an ignored setting, a setting filled in by auto-complete).
-	Warning
+	// SeverityError: Triton refuses the config or the model fails to load
+	// or serve.
+	SeverityError Severity = iota
+	// SeverityWarning: Triton loads the model, but the config is probably
+	// not what was meant (an ignored setting, a setting filled in by
+	// auto-complete).
+	SeverityWarning
 )
 
 // String returns "error" or "warning".
 func (s Severity) String() string {
-	if s == Warning {
+	if s == SeverityWarning {
 		return "warning"
 	}
 	return "error"
@@ -33,9 +35,9 @@ func (s Severity) MarshalText() ([]byte, error) { return []byte(s.String()), nil
 func (s *Severity) UnmarshalText(b []byte) error {
 	switch string(b) {
 	case "error":
-		*s = Error
+		*s = SeverityError
 	case "warning":
-		*s = Warning
+		*s = SeverityWarning
 	default:
 		return fmt.Errorf("unknown severity %q (want error or warning)", b)
 	}
@@ -70,18 +72,18 @@ func (p Problem) String() string {
 // Problems is a list of problems with helpers for reporting.
 type Problems []Problem
 
-// Errors returns only the problems of severity Error.
+// Errors returns only the problems of severity SeverityError.
 func (ps Problems) Errors() Problems {
 	var out Problems
 	for _, p := range ps {
-		if p.Severity == Error {
+		if p.Severity == SeverityError {
 			out = append(out, p)
 		}
 	}
 	return out
 }
 
-// HasErrors reports whether any problem is an Error.
+// HasErrors reports whether any problem is of severity SeverityError.
 func (ps Problems) HasErrors() bool { return len(ps.Errors()) > 0 }
 
 // Sort orders problems by file, then errors before warnings, keeping the
@@ -111,11 +113,11 @@ type collector struct {
 }
 
 func (c *collector) errorf(path, format string, args ...any) {
-	c.ps = append(c.ps, Problem{Path: path, Message: fmt.Sprintf(format, args...), Severity: Error})
+	c.ps = append(c.ps, Problem{Path: path, Message: fmt.Sprintf(format, args...), Severity: SeverityError})
 }
 
 func (c *collector) warnf(path, format string, args ...any) {
-	c.ps = append(c.ps, Problem{Path: path, Message: fmt.Sprintf(format, args...), Severity: Warning})
+	c.ps = append(c.ps, Problem{Path: path, Message: fmt.Sprintf(format, args...), Severity: SeverityWarning})
 }
 
 // at formats a field path with an index: at("input", 1) = "input[1]".

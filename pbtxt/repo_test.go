@@ -161,17 +161,17 @@ func TestLintRepositoryProblems(t *testing.T) {
 		sev         Severity
 		keywords    []string
 	}{
-		{"typed", "input[0].data_type", Error, []string{"unexpected datatype TYPE_INT32 for inference input 'x', expecting TYPE_FP32"}},
-		{"typed", "output[0].dims", Error, []string{"the model expects 2 dimensions (shape [-1,4])", "set dims: [4]"}},
-		{"typed", "output[0].label_filename", Error, []string{"label file l.txt does not exist"}},
-		{"zeros", "", Warning, []string{`directory "01" is ignored`, `rename it to "1"`}},
-		{"zeros", "", Error, []string{"has no version directory"}},
-		{"wrongfile", "default_model_filename", Error, []string{"version 1 has no net.onnx", "model.onnx"}},
-		{"nocfg", "", Warning, []string{"no config.pbtxt"}},
-		{"nocfg", "platform", Warning, []string{`Triton infers platform: "onnxruntime_onnx"`}},
-		{"syntax", "", Error, []string{"syntax error at line 2, column 17", "expected a quoted string"}},
-		{"specific", "version_policy.specific.versions[0]", Error, []string{"version 4 is requested but there is no directory"}},
-		{"specific", "version_policy", Error, []string{"selects none of the versions present (1)"}},
+		{"typed", "input[0].data_type", SeverityError, []string{"unexpected datatype TYPE_INT32 for inference input 'x', expecting TYPE_FP32"}},
+		{"typed", "output[0].dims", SeverityError, []string{"the model expects 2 dimensions (shape [-1,4])", "set dims: [4]"}},
+		{"typed", "output[0].label_filename", SeverityError, []string{"label file l.txt does not exist"}},
+		{"zeros", "", SeverityWarning, []string{`directory "01" is ignored`, `rename it to "1"`}},
+		{"zeros", "", SeverityError, []string{"has no version directory"}},
+		{"wrongfile", "default_model_filename", SeverityError, []string{"version 1 has no net.onnx", "model.onnx"}},
+		{"nocfg", "", SeverityWarning, []string{"no config.pbtxt"}},
+		{"nocfg", "platform", SeverityWarning, []string{`Triton infers platform: "onnxruntime_onnx"`}},
+		{"syntax", "", SeverityError, []string{"syntax error at line 2, column 17", "expected a quoted string"}},
+		{"specific", "version_policy.specific.versions[0]", SeverityError, []string{"version 4 is requested but there is no directory"}},
+		{"specific", "version_policy", SeverityError, []string{"selects none of the versions present (1)"}},
 	} {
 		found := false
 		for _, p := range ps {
@@ -189,7 +189,7 @@ func TestLintRepositoryProblems(t *testing.T) {
 		}
 	}
 	for _, p := range ps {
-		if strings.Contains(p.File, "nocfg") && p.Severity == Error {
+		if strings.Contains(p.File, "nocfg") && p.Severity == SeverityError {
 			t.Errorf("model without config but with an autofillable ONNX file: unexpected %v", p)
 		}
 	}

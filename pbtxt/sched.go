@@ -2,6 +2,8 @@ package pbtxt
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -355,6 +357,18 @@ func (v *validator) ensemble() {
 		v.errorf("ensemble_scheduling.step", "must specify 'step' for ensemble '%s'", name)
 		return
 	}
+	tensors, ok := v.ensembleGraph(es, name)
+	if !ok {
+		return
+	}
+	v.ensembleInputs(tensors, name)
+	v.ensembleOutputs(tensors, name)
+}
+
+// ensembleGraph builds the data-flow graph of the steps: each step's output
+// tensors depend on all of its input tensors. It reports a step that is not
+// complete and returns false, as Triton stops at the first.
+func (v *validator) ensembleGraph(es *configpb.ModelEnsembling, name string) (map[string]*ensembleTensor, bool) {
 	tensors := map[string]*ensembleTensor{}
 	get := func(n string, isOutput bool) *ensembleTensor {
 		t, ok := tensors[n]
@@ -366,31 +380,29 @@ func (v *validator) ensemble() {
 	}
 	for i, st := range es.GetStep() {
 		p := at("ensemble_scheduling.step", i)
-		if st.GetModelName() == "" {
+		switch {
+		case st.GetModelName() == "":
 			v.errorf(p+".model_name", "must specify 'model_name' in step %d of ensemble '%s'", i, name)
-			return
-		}
-		if len(st.GetInputMap()) == 0 {
+			return nil, false
+		case len(st.GetInputMap()) == 0:
 			v.errorf(p+".input_map", "must specify 'input_map' in step %d of ensemble '%s'", i, name)
-			return
-		}
-		if len(st.GetOutputMap()) == 0 {
+			return nil, false
+		case len(st.GetOutputMap()) == 0:
 			v.errorf(p+".output_map", "must specify 'output_map' in step %d of ensemble '%s'", i, name)
-			return
+			return nil, false
 		}
 		var outs []*ensembleTensor
-		for _, k := range sortedKeys(st.GetOutputMap()) {
+		for _, k := range slices.Sorted(maps.Keys(st.GetOutputMap())) {
 			tn := st.GetOutputMap()[k]
-			t, exists := tensors[tn]
-			if exists && t.isOutput {
+			if t, exists := tensors[tn]; exists && t.isOutput {
 				v.errorf(key(p+".output_map", k), "ensemble tensor '%s' can appear in an output map only once for ensemble '%s' (step %d)", tn, name, i)
-				return
+				return nil, false
 			}
-			t = get(tn, true)
+			t := get(tn, true)
 			t.isOutput = true
 			outs = append(outs, t)
 		}
-		for _, k := range sortedKeys(st.GetInputMap()) {
+		for _, k := range slices.Sorted(maps.Keys(st.GetInputMap())) {
 			t := get(st.GetInputMap()[k], false)
 			for _, o := range outs {
 				o.prev = append(o.prev, t)
@@ -398,8 +410,14 @@ func (v *validator) ensemble() {
 			}
 		}
 	}
+	return tensors, true
+}
+
+// ensembleInputs marks every tensor that can be computed from the ensemble
+// inputs ready, reporting inputs that no step reads.
+func (v *validator) ensembleInputs(tensors map[string]*ensembleTensor, name string) {
 	var queue []*ensembleTensor
-	for i, in := range c.GetInput() {
+	for i, in := range v.c.GetInput() {
 		t, ok := tensors[in.GetName()]
 		if !ok {
 			v.errorf(at("input", i), "ensemble input '%s' for ensemble %s' is not used: no step maps it in input_map", in.GetName(), name)
@@ -425,8 +443,14 @@ func (v *validator) ensemble() {
 			}
 		}
 	}
+}
+
+// ensembleOutputs reports ensemble outputs that no step writes or that the
+// inputs do not reach, and intermediate tensors that are never produced or
+// never consumed.
+func (v *validator) ensembleOutputs(tensors map[string]*ensembleTensor, name string) {
 	outputs := map[string]bool{}
-	for i, out := range c.GetOutput() {
+	for i, out := range v.c.GetOutput() {
 		t, ok := tensors[out.GetName()]
 		switch {
 		case !ok:
@@ -440,7 +464,7 @@ func (v *validator) ensemble() {
 		}
 		outputs[out.GetName()] = true
 	}
-	for _, tn := range sortedTensorNames(tensors) {
+	for _, tn := range slices.Sorted(maps.Keys(tensors)) {
 		t := tensors[tn]
 		if outputs[tn] {
 			continue
@@ -470,7 +494,7 @@ func unreachable(tensors map[string]*ensembleTensor, t *ensembleTensor) []string
 	}
 	walk(t)
 	var names []string
-	for _, n := range sortedTensorNames(tensors) {
+	for _, n := range slices.Sorted(maps.Keys(tensors)) {
 		for _, r := range roots {
 			if tensors[n] == r {
 				names = append(names, n)
@@ -478,22 +502,4 @@ func unreachable(tensors map[string]*ensembleTensor, t *ensembleTensor) []string
 		}
 	}
 	return names
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func sortedTensorNames(m map[string]*ensembleTensor) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

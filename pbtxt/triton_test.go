@@ -53,7 +53,7 @@ func TestCorpusValidConfigs(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, p := range ps {
-				if p.Severity == Error {
+				if p.Severity == SeverityError {
 					t.Errorf("LintFile(%s): unexpected %v", rel, p)
 				} else {
 					t.Logf("%v", p)
@@ -108,7 +108,7 @@ func TestModelNavigatorInvalid(t *testing.T) {
 // and whose message contains every keyword.
 func hasProblem(ps Problems, path string, keywords ...string) bool {
 	for _, p := range ps {
-		if p.Severity != Error || !strings.HasPrefix(p.Path, path) {
+		if p.Severity != SeverityError || !strings.HasPrefix(p.Path, path) {
 			continue
 		}
 		ok := true
@@ -211,7 +211,7 @@ func TestTritonNoautofillSuite(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Parse = %v", err)
 				}
-				ps := Validate(c, Options{DirName: name, GPUs: 8})
+				ps := Validate(c, ValidateOptions{DirName: name, GPUs: 8})
 				if !hasProblem(ps, wnt.path, wnt.keywords...) {
 					t.Errorf("Validate(%s with %s) = %v\nwant an error at %s containing %q", name, platform, ps, wnt.path, wnt.keywords)
 					return
@@ -327,7 +327,7 @@ func TestTritonSpecialCases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ps := Validate(c, Options{}); !hasProblem(ps, wnt.path, wnt.keywords...) {
+			if ps := Validate(c, ValidateOptions{}); !hasProblem(ps, wnt.path, wnt.keywords...) {
 				t.Errorf("Validate(%s) = %v, want an error at %s containing %q", name, ps, wnt.path, wnt.keywords)
 			}
 		})

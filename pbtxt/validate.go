@@ -14,8 +14,8 @@ import (
 // WildcardDim is the dimension value that means "any size".
 const WildcardDim = -1
 
-// Options tune Validate to what is known about where the config lives.
-type Options struct {
+// ValidateOptions tell Validate what is known about where the config lives.
+type ValidateOptions struct {
 	// DirName is the name of the model directory holding the config; when
 	// set, a non-empty name in the config must equal it.
 	DirName string
@@ -32,7 +32,7 @@ type Options struct {
 // models of the repository, with the rules of Triton's core
 // (model_config_utils.cc ValidateModelConfig, ValidateIOShape,
 // ValidateInstanceGroup, the scheduler checks and the ensemble graph).
-func Validate(c *configpb.ModelConfig, opts Options) Problems {
+func Validate(c *configpb.ModelConfig, opts ValidateOptions) Problems {
 	v := &validator{c: c, opts: opts}
 	v.names()
 	v.platform()
@@ -55,7 +55,7 @@ func Validate(c *configpb.ModelConfig, opts Options) Problems {
 type validator struct {
 	collector
 	c    *configpb.ModelConfig
-	opts Options
+	opts ValidateOptions
 }
 
 func (v *validator) modelName() string {

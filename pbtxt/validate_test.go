@@ -51,7 +51,7 @@ func TestValidateRules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ps := Validate(c, Options{DirName: "m", GPUs: 2})
+			ps := Validate(c, ValidateOptions{DirName: "m", GPUs: 2})
 			if !hasProblem(ps, tc.path, tc.keywords...) {
 				t.Errorf("Validate(%s) =\n%s\nwant an error at %s containing %q", tc.name, problemList(ps), tc.path, tc.keywords)
 			}
@@ -69,13 +69,13 @@ func TestValidateCleanConfigHasNoProblems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps := Validate(c, Options{DirName: "m", GPUs: 1}); len(ps) != 0 {
+	if ps := Validate(c, ValidateOptions{DirName: "m", GPUs: 1}); len(ps) != 0 {
 		t.Errorf("Validate(clean config) = %v, want no problems", ps)
 	}
-	if ps := Validate(c, Options{}); len(ps) != 0 {
+	if ps := Validate(c, ValidateOptions{}); len(ps) != 0 {
 		t.Errorf("Validate(clean config, no options) = %v, want no problems", ps)
 	}
-	if !strings.Contains(Problem{File: "f", Path: "p", Message: "m", Severity: Warning}.String(), "f: warning: p: m") {
+	if !strings.Contains(Problem{File: "f", Path: "p", Message: "m", Severity: SeverityWarning}.String(), "f: warning: p: m") {
 		t.Error("Problem.String() does not read file: severity: path: message")
 	}
 }
