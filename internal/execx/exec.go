@@ -48,13 +48,35 @@ func (e Exec) Run(ctx context.Context, cmd Cmd) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &ToolError{Tool: tool, Args: cmd.Args, ExitCode: -1, Canceled: true, Cause: err}
 	}
-	grace := orDefault(cmd.Grace, DefaultGrace)
-	drain := orDefault(e.Drain, DefaultDrain)
+	pr, err := start(tool, path, cmd)
+	if err != nil {
+		return nil, err
+	}
+	timedOut, canceled := pr.wait(ctx, cmd.Timeout, orDefault(cmd.Grace, DefaultGrace))
+	dur := time.Since(pr.started)
+	pr.reap(orDefault(e.Drain, DefaultDrain))
+	return pr.result(ctx, tool, cmd, dur, timedOut, canceled)
+}
+
+// process is one started tool: its process group, the goroutines reading
+// its output and the one waiting for it.
+type process struct {
+	p          *exec.Cmd
+	pgid       int
+	outR, errR *os.File
+	sink       *sink
+	pumpsDone  chan struct{} // closed when both output streams hit EOF
+	waitDone   chan error    // the leader's exit
+	started    time.Time
+}
+
+// start launches the tool in its own process group, with pipes for its
+// output and goroutines that read them line by line.
+func start(tool, path string, cmd Cmd) (*process, error) {
 	tailBytes := cmd.TailBytes
 	if tailBytes <= 0 {
 		tailBytes = DefaultTailBytes
 	}
-
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", tool, err)
@@ -73,8 +95,7 @@ func (e Exec) Run(ctx context.Context, cmd Cmd) (*Result, error) {
 	p.Stderr = errW
 	// Its own process group, so that signals reach the tool's children too.
 	p.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-
-	start := time.Now()
+	pr := &process{p: p, outR: outR, errR: errR, started: time.Now()}
 	if err := p.Start(); err != nil {
 		for _, f := range []*os.File{outR, outW, errR, errW} {
 			f.Close()
@@ -87,67 +108,76 @@ func (e Exec) Run(ctx context.Context, cmd Cmd) (*Result, error) {
 	// The child holds its own copies; ours must go so that EOF arrives.
 	outW.Close()
 	errW.Close()
-	pgid := p.Process.Pid
-
-	s := &sink{onLine: cmd.OnLine, output: cmd.Output,
+	pr.pgid = p.Process.Pid
+	pr.sink = &sink{onLine: cmd.OnLine, output: cmd.Output,
 		tails: [2]*tail{{max: tailBytes}, {max: tailBytes}}}
 	var pumps sync.WaitGroup
 	pumps.Add(2)
-	go s.pump(outR, Stdout, &pumps)
-	go s.pump(errR, Stderr, &pumps)
-	pumpsDone := make(chan struct{})
-	go func() { pumps.Wait(); close(pumpsDone) }()
-	waitDone := make(chan error, 1)
-	go func() { waitDone <- p.Wait() }()
+	go pr.sink.pump(outR, Stdout, &pumps)
+	go pr.sink.pump(errR, Stderr, &pumps)
+	pr.pumpsDone = make(chan struct{})
+	go func() { pumps.Wait(); close(pr.pumpsDone) }()
+	pr.waitDone = make(chan error, 1)
+	go func() { pr.waitDone <- p.Wait() }()
+	return pr, nil
+}
 
-	var timeout <-chan time.Time
-	if cmd.Timeout > 0 {
-		t := time.NewTimer(cmd.Timeout)
+// wait returns when the leader exits, or after stopping the group when ctx
+// is canceled or the timeout (zero: none) passes first.
+func (pr *process) wait(ctx context.Context, timeout, grace time.Duration) (timedOut, canceled bool) {
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
 		defer t.Stop()
-		timeout = t.C
+		expired = t.C
 	}
-	var timedOut, canceled bool
 	select {
-	case <-waitDone:
+	case <-pr.waitDone:
 	case <-ctx.Done():
 		canceled = true
-		terminate(pgid, grace, waitDone, pumpsDone)
-	case <-timeout:
+		terminate(pr.pgid, grace, pr.waitDone, pr.pumpsDone)
+	case <-expired:
 		timedOut = true
-		terminate(pgid, grace, waitDone, pumpsDone)
+		terminate(pr.pgid, grace, pr.waitDone, pr.pumpsDone)
 	}
-	dur := time.Since(start)
+	return timedOut, canceled
+}
 
-	// The leader is gone. Children may still hold the pipes: give them a
-	// moment to finish writing, then kill whatever is left of the group
-	// (the group id stays reserved while any member lives, so this cannot
-	// hit an unrelated process).
+// reap runs after the leader is gone. Children may still hold the pipes:
+// give them drain to finish writing, then kill whatever is left of the
+// group (the group id stays reserved while any member lives, so this cannot
+// hit an unrelated process) and stop reading.
+func (pr *process) reap(drain time.Duration) {
 	select {
-	case <-pumpsDone:
+	case <-pr.pumpsDone:
 	case <-time.After(drain):
 	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	_ = syscall.Kill(-pr.pgid, syscall.SIGKILL)
 	select {
-	case <-pumpsDone:
+	case <-pr.pumpsDone:
 	case <-time.After(drain):
 		// A child that left the group still holds a pipe; stop reading.
-		outR.Close()
-		errR.Close()
-		<-pumpsDone
+		pr.outR.Close()
+		pr.errR.Close()
+		<-pr.pumpsDone
 	}
-	outR.Close()
-	errR.Close()
+	pr.outR.Close()
+	pr.errR.Close()
+}
 
+// result says how the tool ended: its Result and, unless it exited 0 with
+// its output written, the error.
+func (pr *process) result(ctx context.Context, tool string, cmd Cmd, dur time.Duration, timedOut, canceled bool) (*Result, error) {
+	s := pr.sink
 	res := &Result{Duration: dur}
 	res.StdoutTail, res.StdoutTruncated = s.tails[Stdout].String()
 	res.StderrTail, res.StderrTruncated = s.tails[Stderr].String()
-	if ws, ok := p.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if ws, ok := pr.p.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		res.ExitCode = -1
 		res.Signal = ws.Signal().String()
 	} else {
-		res.ExitCode = p.ProcessState.ExitCode()
+		res.ExitCode = pr.p.ProcessState.ExitCode()
 	}
-
 	te := &ToolError{Tool: tool, Args: cmd.Args, ExitCode: res.ExitCode, Signal: res.Signal, StderrTail: res.StderrTail}
 	switch {
 	case timedOut:
