@@ -148,3 +148,18 @@ func TestStatusValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestNewVariant(t *testing.T) {
+	v, err := NewVariant("tensorrt", "FP16", 8, 1, "sm86")
+	if want := (Variant{Runtime: RuntimeTRT, Precision: FP16, MaxBatch: 8, Target: "8.6"}); err != nil || v != want {
+		t.Errorf("NewVariant(tensorrt, FP16, 8, 1, sm86) = %+v, %v, want %+v", v, err, want)
+	}
+	if id := v.ID(); id != "trt-fp16-b8-sm86" {
+		t.Errorf("ID() = %q, want trt-fp16-b8-sm86", id)
+	}
+	for _, bad := range [][]any{{"gpu", "fp16", 0, 0, ""}, {"onnx", "int4", 0, 0, ""}, {"onnx", "fp32", -1, 0, ""}, {"onnx", "fp32", 0, -2, ""}, {"trt", "fp32", 0, 0, "a100"}} {
+		if _, err := NewVariant(bad[0].(string), bad[1].(string), bad[2].(int), bad[3].(int), bad[4].(string)); err == nil {
+			t.Errorf("NewVariant%v = nil error", bad)
+		}
+	}
+}

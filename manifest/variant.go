@@ -133,6 +133,32 @@ func ParseVariant(id string) (Variant, error) {
 	return v.normal(), nil
 }
 
+// NewVariant builds a variant from its parts as a user writes them (a
+// pipeline file's mapping): runtime and precision names, max batch (0: the
+// model's default), instances (0 or 1: one) and an optional compute
+// capability ("8.6", "sm86"). It is checked, and one instance is written
+// as 0 so that equal variants compare equal.
+func NewVariant(runtime, precision string, maxBatch, instances int, target string) (Variant, error) {
+	r, err := ParseRuntime(runtime)
+	if err != nil {
+		return Variant{}, err
+	}
+	p, err := ParsePrecision(precision)
+	if err != nil {
+		return Variant{}, err
+	}
+	v := Variant{Runtime: r, Precision: p, MaxBatch: maxBatch, Instances: instances}
+	if target != "" {
+		if v.Target, err = ParseComputeCapability(target); err != nil {
+			return Variant{}, err
+		}
+	}
+	if err := v.Validate(); err != nil {
+		return Variant{}, err
+	}
+	return v.normal(), nil
+}
+
 // normal writes one instance as 0, so that equal variants compare equal.
 func (v Variant) normal() Variant {
 	if v.Instances == 1 {
