@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kiln-ml/kiln/internal/progress"
 	"github.com/kiln-ml/kiln/pbtxt/configpb"
 )
 
@@ -25,6 +26,8 @@ type LintOptions struct {
 	// DefaultMaxBatchSize is Triton's default-max-batch-size for auto-complete
 	// (0 means Triton's default, 4).
 	DefaultMaxBatchSize int
+	// Progress hears of every model linted (nil: nothing is reported).
+	Progress progress.Reporter
 }
 
 // LintFile checks one config file on its own (no model files): syntax and
@@ -153,9 +156,12 @@ type lintState struct {
 func lintModels(r *Repository, targets []*Model, opts LintOptions) Problems {
 	st := &lintState{effective: map[string]*configpb.ModelConfig{}}
 	perModel := map[string]Problems{}
+	task := progress.Start(opts.Progress, "lint "+r.Dir, int64(len(r.Models)), "models")
 	for _, m := range r.Models {
 		perModel[m.Name] = lintModel(m, st, opts)
+		task.Add(1)
 	}
+	task.Finish(nil)
 	var out Problems
 	for _, m := range targets {
 		ps := perModel[m.Name]
