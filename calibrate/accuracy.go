@@ -58,43 +58,82 @@ type Accuracy struct {
 // quantized models must come from Quantize on ref. Only sums are kept, so
 // memory does not depend on the number of samples.
 func Evaluate(ctx context.Context, ref *onnx.Model, models []*Quantized, r Ranges, batches iter.Seq2[*dataset.Batch, error], so ort.SessionOptions) ([]*Accuracy, error) {
-	outputs := []string{}
+	e := newEvaluation(ref, models, r)
+	defer e.close()
+	if err := e.open(ref, so); err != nil {
+		return nil, err
+	}
+	for b, err := range batches {
+		if err != nil {
+			return nil, err
+		}
+		if err := e.add(ctx, b); err != nil {
+			return nil, err
+		}
+	}
+	if e.samples == 0 {
+		return nil, fmt.Errorf("evaluating: %w", dataset.ErrNoSamples)
+	}
+	return e.results(ref), nil
+}
+
+// evaluation holds the sums of one Evaluate call: the fp32 model fetches
+// every tensor any comparison needs, each quantized model its outputs and
+// quantized layers, so one run of each per batch does.
+type evaluation struct {
+	outputs []string
+	scales  map[string]float64
+	// graphOrder is the order in which fp32 activations are checked to be
+	// finite (see checkFinite).
+	graphOrder []string
+	refFetch   []string
+	refSess    *ort.Session
+	// local holds the SQNR of each quantized activation against its own
+	// fake quantization, in localOrder; it needs the fp32 values only.
+	local      map[string]*sqnr
+	localOrder []string
+	plans      []*evalPlan
+	samples    int
+}
+
+// evalPlan is what one quantized model is run for and its sums.
+type evalPlan struct {
+	q      *Quantized
+	sess   *ort.Session
+	fetch  []string // outputs + quantized node outputs
+	layers []string // quantized node outputs
+	acc    []outAcc
+	layer  map[string]*sqnr
+}
+
+// newEvaluation decides what each model fetches: the graph outputs, and of
+// every quantized model the outputs of its quantized layers and the
+// activations it quantizes, which the fp32 model fetches too.
+func newEvaluation(ref *onnx.Model, models []*Quantized, r Ranges) *evaluation {
+	e := &evaluation{scales: map[string]float64{}, local: map[string]*sqnr{}, plans: make([]*evalPlan, len(models))}
+	e.outputs = []string{}
 	for _, o := range ref.Outputs() {
-		outputs = append(outputs, o.Name)
+		e.outputs = append(e.outputs, o.Name)
 	}
-	scales := map[string]float64{}
 	for _, t := range r.Tensors {
-		scales[t.Tensor] = t.Scale
+		e.scales[t.Tensor] = t.Scale
 	}
-	producer := onnx.NewIndex(ref.Graph()).Producer
-	type plan struct {
-		q       *Quantized
-		sess    *ort.Session
-		fetch   []string // outputs + quantized node outputs
-		layers  []string // quantized node outputs
-		acc     []outAcc
-		layer   map[string]*sqnr
-		samples int
-	}
-	refFetch := append([]string{}, outputs...)
+	e.refFetch = append([]string{}, e.outputs...)
 	fetched := map[string]bool{}
-	for _, o := range outputs {
+	for _, o := range e.outputs {
 		fetched[o] = true
 	}
 	want := func(t string) {
 		if !fetched[t] {
 			fetched[t] = true
-			refFetch = append(refFetch, t)
+			e.refFetch = append(e.refFetch, t)
 		}
 	}
-	local := map[string]*sqnr{}
-	var localOrder []string
-	plans := make([]*plan, len(models))
 	for i, q := range models {
-		p := &plan{q: q, layer: map[string]*sqnr{}, acc: make([]outAcc, len(outputs))}
-		p.fetch = append(p.fetch, outputs...)
+		p := &evalPlan{q: q, layer: map[string]*sqnr{}, acc: make([]outAcc, len(e.outputs))}
+		p.fetch = append(p.fetch, e.outputs...)
 		for _, l := range q.Layers {
-			if !contains(outputs, l.Output) && !contains(p.layers, l.Output) {
+			if !contains(e.outputs, l.Output) && !contains(p.layers, l.Output) {
 				p.layers = append(p.layers, l.Output)
 				p.fetch = append(p.fetch, l.Output)
 				p.layer[l.Output] = &sqnr{}
@@ -102,83 +141,92 @@ func Evaluate(ctx context.Context, ref *onnx.Model, models []*Quantized, r Range
 			}
 		}
 		for _, a := range q.Activations {
-			if _, ok := local[a]; !ok {
-				local[a] = &sqnr{}
-				localOrder = append(localOrder, a)
+			if _, ok := e.local[a]; !ok {
+				e.local[a] = &sqnr{}
+				e.localOrder = append(e.localOrder, a)
 				want(a)
 			}
 		}
-		plans[i] = p
+		e.plans[i] = p
 	}
-	open := func(m *onnx.Model, fetch []string) (*ort.Session, error) {
-		aug, err := Augment(m, fetch)
-		if err != nil {
-			return nil, err
-		}
-		data, err := aug.Marshal()
-		if err != nil {
-			return nil, err
-		}
-		return ort.NewSessionFromBytes(data, so)
+	e.graphOrder, _ = Observed(ref)
+	return e
+}
+
+// open opens a session on every model with the tensors it fetches.
+func (e *evaluation) open(ref *onnx.Model, so ort.SessionOptions) error {
+	var err error
+	if e.refSess, err = openAugmented(ref, e.refFetch, so); err != nil {
+		return fmt.Errorf("opening the fp32 model: %w", err)
 	}
-	refSess, err := open(ref, refFetch)
+	for _, p := range e.plans {
+		if p.sess, err = openAugmented(p.q.Model, p.fetch, so); err != nil {
+			return fmt.Errorf("opening the Q/DQ model: %w", err)
+		}
+	}
+	return nil
+}
+
+// close closes the sessions open has opened.
+func (e *evaluation) close() {
+	if e.refSess != nil {
+		e.refSess.Close()
+	}
+	for _, p := range e.plans {
+		if p.sess != nil {
+			p.sess.Close()
+		}
+	}
+}
+
+// add runs one batch through the fp32 model and every quantized model and
+// adds the comparisons to the sums. A NaN or infinite fp32 activation is an
+// *ActivationError, as in Collect.
+func (e *evaluation) add(ctx context.Context, b *dataset.Batch) error {
+	want, err := e.refSess.Run(ctx, b.Tensors, nil)
 	if err != nil {
-		return nil, fmt.Errorf("opening the fp32 model: %w", err)
+		return fmt.Errorf("running fp32 on samples %s: %w", idRange(b.IDs), err)
 	}
-	defer refSess.Close()
-	for _, p := range plans {
-		if p.sess, err = open(p.q.Model, p.fetch); err != nil {
-			return nil, fmt.Errorf("opening the Q/DQ model: %w", err)
+	if err := checkFinite(want, e.graphOrder, b.IDs); err != nil {
+		return err
+	}
+	for _, a := range e.localOrder {
+		if t := want[a]; t != nil {
+			e.local[a].addFakeQuant(floats(t), e.scales[a])
 		}
-		defer p.sess.Close()
 	}
-	graphOrder, _ := Observed(ref)
-	samples := 0
-	for b, err := range batches {
+	for _, p := range e.plans {
+		got, err := p.sess.Run(ctx, b.Tensors, nil)
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("running the Q/DQ model on samples %s: %w", idRange(b.IDs), err)
 		}
-		want, err := refSess.Run(ctx, b.Tensors, nil)
-		if err != nil {
-			return nil, fmt.Errorf("running fp32 on samples %s: %w", idRange(b.IDs), err)
-		}
-		if err := checkFinite(want, graphOrder, b.IDs); err != nil {
-			return nil, err
-		}
-		for _, a := range localOrder {
-			if t := want[a]; t != nil {
-				local[a].addFakeQuant(floats(t), scales[a])
+		for i, o := range e.outputs {
+			if err := p.acc[i].add(want[o], got[o], len(b.IDs)); err != nil {
+				return fmt.Errorf("output %q: %w", o, err)
 			}
 		}
-		for _, p := range plans {
-			got, err := p.sess.Run(ctx, b.Tensors, nil)
-			if err != nil {
-				return nil, fmt.Errorf("running the Q/DQ model on samples %s: %w", idRange(b.IDs), err)
-			}
-			for i, o := range outputs {
-				if err := p.acc[i].add(want[o], got[o], len(b.IDs)); err != nil {
-					return nil, fmt.Errorf("output %q: %w", o, err)
-				}
-			}
-			for _, l := range p.layers {
-				if w, g := want[l], got[l]; w != nil && g != nil {
-					p.layer[l].addPair(floats(w), floats(g))
-				}
+		for _, l := range p.layers {
+			if w, g := want[l], got[l]; w != nil && g != nil {
+				p.layer[l].addPair(floats(w), floats(g))
 			}
 		}
-		samples += len(b.IDs)
 	}
-	if samples == 0 {
-		return nil, fmt.Errorf("evaluating: %w", dataset.ErrNoSamples)
-	}
-	res := make([]*Accuracy, len(plans))
-	for i, p := range plans {
-		a := &Accuracy{Samples: samples}
-		for j, o := range outputs {
+	e.samples += len(b.IDs)
+	return nil
+}
+
+// results turns the sums into one Accuracy per quantized model, its
+// tensors sorted from the worst SQNR, naming each tensor's node in ref.
+func (e *evaluation) results(ref *onnx.Model) []*Accuracy {
+	producer := onnx.NewIndex(ref.Graph()).Producer
+	res := make([]*Accuracy, len(e.plans))
+	for i, p := range e.plans {
+		a := &Accuracy{Samples: e.samples}
+		for j, o := range e.outputs {
 			a.Outputs = append(a.Outputs, p.acc[j].result(o))
 		}
 		for _, t := range p.q.Activations {
-			a.Tensors = append(a.Tensors, TensorError{Tensor: t, Kind: "quantized", Node: p.q.readers[t], SQNR: local[t].db()})
+			a.Tensors = append(a.Tensors, TensorError{Tensor: t, Kind: "quantized", Node: p.q.readers[t], SQNR: e.local[t].db()})
 		}
 		for _, l := range p.layers {
 			a.Tensors = append(a.Tensors, TensorError{Tensor: l, Kind: "output", Node: nodeName(producer[l]), SQNR: p.layer[l].db()})
@@ -186,7 +234,7 @@ func Evaluate(ctx context.Context, ref *onnx.Model, models []*Quantized, r Range
 		sort.SliceStable(a.Tensors, func(x, y int) bool { return a.Tensors[x].SQNR < a.Tensors[y].SQNR })
 		res[i] = a
 	}
-	return res, nil
+	return res
 }
 
 // checkFinite returns an *ActivationError for the first NaN or infinite

@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
-	"math/rand/v2"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -24,32 +22,6 @@ import (
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"github.com/kiln-ml/kiln/ort"
 )
-
-// memSource serves generated samples from memory, so benchmarks time the
-// model and the statistics, not image decoding.
-type memSource struct {
-	input string
-	dims  []int64
-	seed  uint64
-	n     int
-}
-
-func (s memSource) Len() int { return s.n }
-
-func (s memSource) Sample(_ context.Context, i int) (dataset.Sample, error) {
-	rng := rand.New(rand.NewPCG(s.seed, uint64(i)))
-	per := 1
-	for _, d := range s.dims {
-		per *= int(d)
-	}
-	v := make([]float32, per)
-	base := float32(rng.NormFloat64())
-	for j := range v {
-		v[j] = base + float32(rng.NormFloat64())*0.5
-	}
-	t, err := onnx.NewTensor(s.input, s.dims, v)
-	return dataset.Sample{ID: fmt.Sprintf("mem#%d", i), Tensors: map[string]*onnx.Tensor{s.input: t}, Label: -1}, err
-}
 
 // benchModel is a model and the two sample counts the calibration
 // benchmark runs it with.
@@ -95,33 +67,6 @@ const benchBatch = 32
 // benchSession sizes ONNX Runtime's pool to the CPUs for every job: left to
 // itself, ONNX Runtime counts physical cores, which on a 2-vCPU VM is one.
 var benchSession = ort.SessionOptions{IntraOpThreads: runtime.NumCPU()}
-
-// batchesOf makes the batches of src once, so that timing covers the model
-// and the statistics, and inference and calibration read the same memory.
-func batchesOf(b testing.TB, src memSource, sig []onnx.ValueInfo) []*dataset.Batch {
-	return batchesOfSize(b, src, sig, benchBatch)
-}
-
-func batchesOfSize(b testing.TB, src memSource, sig []onnx.ValueInfo, size int) []*dataset.Batch {
-	var out []*dataset.Batch
-	for bt, err := range dataset.Batches(context.Background(), src, nil, dataset.BatchOptions{Size: size, Inputs: sig}) {
-		if err != nil {
-			b.Fatal(err)
-		}
-		out = append(out, bt)
-	}
-	return out
-}
-
-func replay(batches []*dataset.Batch) iter.Seq2[*dataset.Batch, error] {
-	return func(yield func(*dataset.Batch, error) bool) {
-		for _, bt := range batches {
-			if !yield(bt, nil) {
-				return
-			}
-		}
-	}
-}
 
 // BenchmarkCalibrate times, side by side in one loop, three jobs over the
 // same N samples: plain ONNX Runtime inference (the baseline: open a

@@ -3,8 +3,6 @@ package calibrate
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"math"
 	"os"
@@ -15,36 +13,30 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-ml/kiln/internal/testutil"
 	"github.com/kiln-ml/kiln/manifest"
 )
-
-// corpusDir is the shared external corpus, read in place and never copied.
-const corpusDir = "../../shared/corpus"
 
 // corpusCaches returns the TensorRT caches of the corpus after checking them
 // against MANIFEST.tsv, or skips when the corpus is not checked out.
 func corpusCaches(t *testing.T) map[string][]byte {
 	t.Helper()
-	manifest, err := os.ReadFile(filepath.Join(corpusDir, "MANIFEST.tsv"))
-	if errors.Is(err, os.ErrNotExist) {
-		t.Skipf("corpus not found at %s (shared/corpus is not checked out next to this repository); skipping the real TensorRT caches", corpusDir)
-	}
+	list, err := os.ReadFile(testutil.Corpus(t, "MANIFEST.tsv"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	files := map[string][]byte{}
-	sc := bufio.NewScanner(bytes.NewReader(manifest))
+	sc := bufio.NewScanner(bytes.NewReader(list))
 	for sc.Scan() {
 		f := strings.Split(sc.Text(), "\t")
 		if len(f) != 3 || !strings.HasPrefix(f[0], "calib-caches/") {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(corpusDir, f[0]))
+		data, err := os.ReadFile(testutil.CorpusPath(t, f[0]))
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum := sha256.Sum256(data)
-		if hex.EncodeToString(sum[:]) != f[2] || strconv.Itoa(len(data)) != f[1] {
+		if manifest.DigestBytes(data).Hex() != f[2] || strconv.Itoa(len(data)) != f[1] {
 			t.Fatalf("corpus file %s does not match MANIFEST.tsv", f[0])
 		}
 		files[filepath.Base(f[0])] = data
@@ -221,18 +213,6 @@ func TestParseCache(t *testing.T) {
 	}
 }
 
-func mapsEqual[V comparable](a, b map[string]V) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
 func TestCacheMarshalErrors(t *testing.T) {
 	for _, c := range []Cache{
 		{Version: 8600, Scales: map[string]float32{"": 1}},
@@ -280,9 +260,9 @@ func TestCheckCompatible(t *testing.T) {
 // FuzzCalibrationCache: the reader never panics, and whatever it accepts is
 // written and re-read unchanged.
 func FuzzCalibrationCache(f *testing.F) {
-	if entries, err := os.ReadDir(filepath.Join(corpusDir, "calib-caches")); err == nil {
+	if entries, err := os.ReadDir(testutil.CorpusPath(f, "calib-caches")); err == nil {
 		for _, e := range entries {
-			if data, err := os.ReadFile(filepath.Join(corpusDir, "calib-caches", e.Name())); err == nil {
+			if data, err := os.ReadFile(testutil.CorpusPath(f, "calib-caches", e.Name())); err == nil {
 				f.Add(data)
 			}
 		}

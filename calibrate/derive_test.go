@@ -14,25 +14,6 @@ import (
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
 )
 
-// sameHist reports how got differs from want, bit for bit, or "".
-func sameHist(want, got *Histogram) string {
-	switch {
-	case want.Count() != got.Count():
-		return "count"
-	case math.Float64bits(want.Min()) != math.Float64bits(got.Min()):
-		return "min"
-	case math.Float64bits(want.Max()) != math.Float64bits(got.Max()):
-		return "max"
-	case math.Float64bits(want.BinWidth()) != math.Float64bits(got.BinWidth()):
-		return "bin width"
-	case !slices.Equal(want.Counts(), got.Counts()):
-		return "counts"
-	case want.zeros != got.zeros:
-		return "zeros"
-	}
-	return ""
-}
-
 // TestAddRelu: adding a batch to a histogram and its ReLU to another in
 // one pass leaves both exactly as Add leaves them given the batch and
 // ONNX Runtime's ReLU of it, through first widths, growth, signed zeros and

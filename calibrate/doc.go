@@ -30,4 +30,9 @@
 // measuring the accuracy of the quantized model belong in other files of this
 // package; they need only NewHistogram, (*Histogram).Add (and Merge for
 // parallel collection), ParseMethod, Compute and the writers above.
+//
+// Run writes all of these into one output directory, which ReadOutput reads
+// back as the manifest.CalibrationOutput that convert builds int8 variants
+// from; RunCached keeps such directories in a cache, named for what decides
+// their content.
 package calibrate

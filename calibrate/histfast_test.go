@@ -84,18 +84,6 @@ func TestAddKernels(t *testing.T) {
 	}
 }
 
-// tile repeats each batch 37 times, so that batches are long enough for the
-// vector kernels (see useSIMD) and end in a scalar tail.
-func tile(batches [][]float32) [][]float32 {
-	long := make([][]float32, len(batches))
-	for i, b := range batches {
-		for range 37 {
-			long[i] = append(long[i], b...)
-		}
-	}
-	return long
-}
-
 // TestAddKernelsRandom: Add gives exactly addReference's histogram over
 // batches that grow the range, one of which holds a NaN.
 func TestAddKernelsRandom(t *testing.T) {

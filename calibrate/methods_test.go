@@ -9,49 +9,6 @@ import (
 	"testing"
 )
 
-// Distributions with known answers. Each is deterministic (fixed seed).
-func gaussian(n int, sigma float64, seed uint64) []float32 {
-	r := rand.New(rand.NewPCG(seed, 1))
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = float32(r.NormFloat64() * sigma)
-	}
-	return v
-}
-
-func uniform(n int, a float64, seed uint64) []float32 {
-	r := rand.New(rand.NewPCG(seed, 2))
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = float32((2*r.Float64() - 1) * a)
-	}
-	return v
-}
-
-func laplace(n int, b float64, seed uint64) []float32 {
-	r := rand.New(rand.NewPCG(seed, 3))
-	v := make([]float32, n)
-	for i := range v {
-		x := r.ExpFloat64() * b
-		if r.IntN(2) == 0 {
-			x = -x
-		}
-		v[i] = float32(x)
-	}
-	return v
-}
-
-func histOf(t testing.TB, batches ...[]float32) *Histogram {
-	t.Helper()
-	h := NewHistogram()
-	for _, b := range batches {
-		if err := h.Add(b); err != nil {
-			t.Fatalf("Add: %v", err)
-		}
-	}
-	return h
-}
-
 func compute(t testing.TB, m Method, h *Histogram, opts MethodOptions) Range {
 	t.Helper()
 	r, err := Compute(m, h, opts)

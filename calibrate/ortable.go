@@ -29,8 +29,8 @@ const (
 // WriteORTTable writes ONNX Runtime's TensorRT execution provider calibration
 // table for the dynamic ranges amax (tensor name -> amax, not scales) into dir:
 //
-//   - calibration.flatbuffers: TrtTable{dict: [KeyValue{key, value}]} with the
-//     value the amax as text, keys in sorted order (see EncodeTrtTable);
+//   - calibration.flatbuffers: the schema's TrtTable{dict: [KeyValue{key, value}]}
+//     with the value the amax as text, keys in sorted order (see EncodeORTTable);
 //   - calibration.cache: "<name> <amax>\n" per tensor in sorted order, an
 //     ONNX Runtime private text format, not TensorRT's cache;
 //   - calibration.json: {"<name>": [-amax, amax], ...} in sorted order, the
@@ -66,7 +66,7 @@ func WriteORTTable(dir string, amax map[string]float64) error {
 	}
 	js.WriteByte('}')
 	err := atomicfile.WriteFiles(map[string][]byte{
-		filepath.Join(dir, ORTTableName): EncodeTrtTable(kvs),
+		filepath.Join(dir, ORTTableName): EncodeORTTable(kvs),
 		filepath.Join(dir, ORTTableText): []byte(text.String()),
 		filepath.Join(dir, ORTTableJSON): []byte(js.String()),
 	}, 0o644)
@@ -93,7 +93,7 @@ func ReadORTTable(dir string) (map[string]float64, error) {
 
 // ParseORTTable decodes a calibration.flatbuffers table into tensor name -> amax.
 func ParseORTTable(data []byte) (map[string]float64, error) {
-	kvs, err := DecodeTrtTable(data)
+	kvs, err := DecodeORTTable(data)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ type KeyValue struct {
 	Value string
 }
 
-// EncodeTrtTable serialises entries as a FlatBuffer of ONNX Runtime's schema
+// EncodeORTTable serialises entries as a FlatBuffer of ONNX Runtime's schema
 // (namespace CalTableFlatBuffers; table KeyValue { key: string; value: string; }
 // table TrtTable { dict: [KeyValue]; } root_type TrtTable; no file
 // identifier), keeping their order. It is laid out front to back, all
@@ -200,7 +200,7 @@ type KeyValue struct {
 //
 // An soffset is table position minus vtable position; a uoffset is relative
 // to where it is stored and always points forward, as FlatBuffers requires.
-func EncodeTrtTable(entries []KeyValue) []byte {
+func EncodeORTTable(entries []KeyValue) []byte {
 	n := len(entries)
 	kvVtable := 24 + 4*n
 	firstTable := kvVtable + 8
@@ -240,15 +240,15 @@ func EncodeTrtTable(entries []KeyValue) []byte {
 
 func fbStringSize(s string) int { return (4 + len(s) + 1 + 3) &^ 3 }
 
-// errFlatbuffer is wrapped by every structural error of DecodeTrtTable.
+// errFlatbuffer is wrapped by every structural error of DecodeORTTable.
 var errFlatbuffer = errors.New("malformed flatbuffers calibration table")
 
-// DecodeTrtTable decodes an ONNX Runtime flatbuffers calibration table
+// DecodeORTTable decodes an ONNX Runtime flatbuffers calibration table
 // written by any FlatBuffers builder (vtables before or after their tables,
 // shared or not, vector in any order). Every offset is bounds-checked and
 // strings must be NUL-terminated; a missing dict is an empty table, a
 // KeyValue without key or value is an error. It never panics.
-func DecodeTrtTable(data []byte) ([]KeyValue, error) {
+func DecodeORTTable(data []byte) ([]KeyValue, error) {
 	if len(data) > ortTableMaxBytes {
 		return nil, fmt.Errorf("%w: %d bytes is too large", errFlatbuffer, len(data))
 	}

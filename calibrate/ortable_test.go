@@ -38,7 +38,7 @@ func TestPyJSONString(t *testing.T) {
 }
 
 // One entry laid out by hand from the FlatBuffers rules.
-func TestEncodeTrtTableBytes(t *testing.T) {
+func TestEncodeORTTableBytes(t *testing.T) {
 	le := func(vs ...uint32) []byte {
 		var b []byte
 		for _, v := range vs {
@@ -57,25 +57,25 @@ func TestEncodeTrtTableBytes(t *testing.T) {
 	want = append(want, 'a', 0, 0, 0)            //
 	want = append(want, le(3)...)                // 56: "1.0"
 	want = append(want, '1', '.', '0', 0)        //
-	got := EncodeTrtTable([]KeyValue{{"a", "1.0"}})
+	got := EncodeORTTable([]KeyValue{{"a", "1.0"}})
 	if !slices.Equal(got, want) {
-		t.Fatalf("EncodeTrtTable(a=1.0) =\n% x\nwant\n% x", got, want)
+		t.Fatalf("EncodeORTTable(a=1.0) =\n% x\nwant\n% x", got, want)
 	}
 }
 
-func TestTrtTableRoundTrip(t *testing.T) {
+func TestORTTableRoundTrip(t *testing.T) {
 	for _, kvs := range [][]KeyValue{
 		nil,
 		{{"images", "2.0"}},
 		{{"input_1:0", "1e-05"}, {"(Unnamed Layer* 8) [Constant]_output", "12.5"}, {"", ""}, {"nul\x00inside", "x"}, {"éé", strings.Repeat("9", 1001)}},
 	} {
-		b := EncodeTrtTable(kvs)
+		b := EncodeORTTable(kvs)
 		if len(b)%4 != 0 {
-			t.Errorf("EncodeTrtTable: %d bytes, want a multiple of 4", len(b))
+			t.Errorf("EncodeORTTable: %d bytes, want a multiple of 4", len(b))
 		}
-		got, err := DecodeTrtTable(b)
+		got, err := DecodeORTTable(b)
 		if err != nil || !slices.Equal(got, kvs) && len(kvs) > 0 {
-			t.Errorf("DecodeTrtTable(EncodeTrtTable(%q)) = %q, %v", kvs, got, err)
+			t.Errorf("DecodeORTTable(EncodeORTTable(%q)) = %q, %v", kvs, got, err)
 		}
 	}
 }
@@ -83,7 +83,7 @@ func TestTrtTableRoundTrip(t *testing.T) {
 // A buffer laid out as Python's back-to-front flatbuffers.Builder does:
 // strings and tables at the end, vtables after their tables (negative
 // soffset is also allowed), vector in reverse order, shared vtable.
-func TestDecodeTrtTableOtherLayout(t *testing.T) {
+func TestDecodeORTTableOtherLayout(t *testing.T) {
 	b := make([]byte, 0, 128)
 	put32 := func(v uint32) { b = binary.LittleEndian.AppendUint32(b, v) }
 	put16 := func(v uint16) { b = binary.LittleEndian.AppendUint16(b, v) }
@@ -120,10 +120,10 @@ func TestDecodeTrtTableOtherLayout(t *testing.T) {
 	b = append(b, 'a', 0, 0, 0)
 	put32(3) // 104: "1.0"
 	b = append(b, '1', '.', '0', 0)
-	got, err := DecodeTrtTable(b)
+	got, err := DecodeORTTable(b)
 	want := []KeyValue{{"b", "2.0"}, {"a", "1.0"}}
 	if err != nil || !slices.Equal(got, want) {
-		t.Fatalf("DecodeTrtTable = %q, %v, want %q", got, err, want)
+		t.Fatalf("DecodeORTTable = %q, %v, want %q", got, err, want)
 	}
 	m, err := ParseORTTable(b)
 	if err != nil || m["a"] != 1 || m["b"] != 2 {
@@ -131,8 +131,8 @@ func TestDecodeTrtTableOtherLayout(t *testing.T) {
 	}
 }
 
-func TestDecodeTrtTableMalformed(t *testing.T) {
-	good := EncodeTrtTable([]KeyValue{{"a", "1.0"}, {"bb", "2.0"}})
+func TestDecodeORTTableMalformed(t *testing.T) {
+	good := EncodeORTTable([]KeyValue{{"a", "1.0"}, {"bb", "2.0"}})
 	mutate := func(f func(b []byte) []byte) []byte { return f(slices.Clone(good)) }
 	set32 := func(off int, v uint32) func([]byte) []byte {
 		return func(b []byte) []byte { binary.LittleEndian.PutUint32(b[off:], v); return b }
@@ -156,15 +156,15 @@ func TestDecodeTrtTableMalformed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := DecodeTrtTable(tt.in)
+			_, err := DecodeORTTable(tt.in)
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "malformed flatbuffers") {
-				t.Errorf("DecodeTrtTable(% x) error = %v, want %q", tt.in, err, tt.want)
+				t.Errorf("DecodeORTTable(% x) error = %v, want %q", tt.in, err, tt.want)
 			}
 		})
 	}
 	// No dict field: an empty table.
-	if kvs, err := DecodeTrtTable([]byte{8, 0, 0, 0, 4, 0, 4, 0, 4, 0, 0, 0}); err != nil || len(kvs) != 0 {
-		t.Errorf("DecodeTrtTable(no dict) = %v, %v, want an empty table", kvs, err)
+	if kvs, err := DecodeORTTable([]byte{8, 0, 0, 0, 4, 0, 4, 0, 4, 0, 0, 0}); err != nil || len(kvs) != 0 {
+		t.Errorf("DecodeORTTable(no dict) = %v, %v, want an empty table", kvs, err)
 	}
 }
 
@@ -185,9 +185,9 @@ func TestWriteORTTable(t *testing.T) {
 		}
 	}
 	fb, _ := os.ReadFile(filepath.Join(dir, ORTTableName))
-	kvs, err := DecodeTrtTable(fb)
+	kvs, err := DecodeORTTable(fb)
 	if err != nil || len(kvs) != 4 || kvs[0] != (KeyValue{"conv/out", "1e-05"}) || kvs[1] != (KeyValue{"input_1:0", "2.0"}) {
-		t.Errorf("DecodeTrtTable(%s) = %q, %v, want sorted keys with Python floats", ORTTableName, kvs, err)
+		t.Errorf("DecodeORTTable(%s) = %q, %v, want sorted keys with Python floats", ORTTableName, kvs, err)
 	}
 	back, err := ReadORTTable(dir)
 	if err != nil || !mapsEqual(back, amax) {
@@ -207,18 +207,18 @@ func TestWriteORTTable(t *testing.T) {
 // FuzzFlatbufferTable: the decoder never panics, and what it accepts
 // re-encodes and decodes to the same entries.
 func FuzzFlatbufferTable(f *testing.F) {
-	f.Add(EncodeTrtTable(nil))
-	f.Add(EncodeTrtTable([]KeyValue{{"a", "1.0"}}))
-	f.Add(EncodeTrtTable([]KeyValue{{"input_1:0", "1e-05"}, {"(Unnamed Layer* 8) [Constant]_output", "12.5"}}))
+	f.Add(EncodeORTTable(nil))
+	f.Add(EncodeORTTable([]KeyValue{{"a", "1.0"}}))
+	f.Add(EncodeORTTable([]KeyValue{{"input_1:0", "1e-05"}, {"(Unnamed Layer* 8) [Constant]_output", "12.5"}}))
 	f.Add([]byte{8, 0, 0, 0, 4, 0, 4, 0, 4, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		kvs, err := DecodeTrtTable(data)
+		kvs, err := DecodeORTTable(data)
 		if err != nil {
 			return
 		}
-		again, err := DecodeTrtTable(EncodeTrtTable(kvs))
+		again, err := DecodeORTTable(EncodeORTTable(kvs))
 		if err != nil || len(again) != len(kvs) || (len(kvs) > 0 && !slices.Equal(again, kvs)) {
-			t.Fatalf("DecodeTrtTable(EncodeTrtTable(%q)) = %q, %v", kvs, again, err)
+			t.Fatalf("DecodeORTTable(EncodeORTTable(%q)) = %q, %v", kvs, again, err)
 		}
 		_, _ = ParseORTTable(data)
 	})

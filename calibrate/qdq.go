@@ -1,17 +1,20 @@
 package calibrate
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"sort"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
 )
+
+// ErrNothingToQuantize is returned for a model without an operator the Q/DQ
+// model quantizes.
+var ErrNothingToQuantize = errors.New("quantizing: the model has no Conv, ConvTranspose, Gemm, MatMul or residual Add with float inputs to quantize")
 
 // QuantizeOptions configure Quantize.
 type QuantizeOptions struct {
@@ -152,105 +155,179 @@ func Quantize(m *onnx.Model, r Ranges, opts QuantizeOptions) (*Quantized, error)
 	if g == nil {
 		return nil, fmt.Errorf("quantizing: the model has no graph")
 	}
-	q := &Quantized{Model: cp, readers: map[string]string{}}
-	scales := map[string]float64{}
+	qz := newQuantizer(cp, r, opts)
+	qz.findSites()
+	if len(qz.acts) == 0 && len(qz.weights) == 0 {
+		return nil, ErrNothingToQuantize
+	}
+	if err := qz.raiseOpset(); err != nil {
+		return nil, fmt.Errorf("quantizing: %w", err)
+	}
+	names := newNamer(g)
+	if err := qz.insertActivations(names); err != nil {
+		return nil, fmt.Errorf("quantizing: %w", err)
+	}
+	if err := qz.insertWeights(names); err != nil {
+		return nil, err
+	}
+	if err := qz.finish(); err != nil {
+		return nil, fmt.Errorf("quantizing: %w", err)
+	}
+	return qz.q, nil
+}
+
+// quantizer carries one Quantize call from finding what to quantize to the
+// rewritten graph: the sites are all found before the graph changes, so
+// that every decision is made on the original graph.
+type quantizer struct {
+	q      *Quantized
+	g      *onnxpb.GraphProto
+	ix     *onnx.Index
+	scales map[string]float64 // calibrated scale per tensor
+	excl   map[string]bool    // QuantizeOptions.Exclude
+
+	// acts are the quantized activations and the inputs that read each,
+	// actOrder the activations in the order first read.
+	acts     map[string][]actSite
+	actOrder []string
+	weights  []weightSite
+	// used are the nodes with a quantized input (Quantized.Layers).
+	used map[*onnxpb.NodeProto]bool
+}
+
+// actSite is an input of a node that reads an activation quantized.
+type actSite struct {
+	node *onnxpb.NodeProto
+	in   int
+}
+
+// weightSite is a node whose weight initializer is stored as int8, with
+// its per-channel axis (-1: one scale).
+type weightSite struct {
+	node *onnxpb.NodeProto
+	axis int
+	init *onnxpb.TensorProto
+}
+
+// newQuantizer indexes the copy cp, its scales and exclusions once: every
+// step looks nodes and tensors up by name.
+func newQuantizer(cp *onnx.Model, r Ranges, opts QuantizeOptions) *quantizer {
+	g := cp.Graph()
+	qz := &quantizer{
+		q: &Quantized{Model: cp, readers: map[string]string{}}, g: g, ix: onnx.NewIndex(g),
+		scales: map[string]float64{}, excl: map[string]bool{},
+		acts: map[string][]actSite{}, used: map[*onnxpb.NodeProto]bool{},
+	}
 	for _, t := range r.Tensors {
-		scales[t.Tensor] = t.Scale
+		qz.scales[t.Tensor] = t.Scale
 	}
-	ix := onnx.NewIndex(g)
-	excl := map[string]bool{}
 	for _, e := range opts.Exclude {
-		excl[e] = true
+		qz.excl[e] = true
 	}
-	type actSite struct {
-		node *onnxpb.NodeProto
-		in   int
-	}
-	type weightSite struct {
-		node *onnxpb.NodeProto
-		axis int
-		init *onnxpb.TensorProto
-	}
-	acts := map[string][]actSite{}
-	var actOrder []string
-	var weights []weightSite
-	used := map[*onnxpb.NodeProto]bool{}
-	wantAct := func(n *onnxpb.NodeProto, i int) {
-		t := n.GetInput()[i]
-		if _, ok := scales[t]; !ok {
-			q.Notes = append(q.Notes, Note{Node: nodeName(n), Tensor: t, Text: "no calibrated range: input left in fp32"})
-			return
-		}
-		if _, seen := acts[t]; !seen {
-			actOrder = append(actOrder, t)
-			q.readers[t] = nodeName(n)
-		}
-		acts[t] = append(acts[t], actSite{n, i})
-		used[n] = true
-	}
-	perChannel := false
-	for _, n := range g.GetNode() {
+	return qz
+}
+
+// findSites walks the nodes in graph order and records what each
+// quantizes: the inputs of weighted nodes (see weighted) and the skip input
+// of residual Adds (see skipInput). Excluded nodes are recorded as such.
+func (qz *quantizer) findSites() {
+	for _, n := range qz.g.GetNode() {
 		op := n.GetOpType()
-		if excl[op] || n.GetName() != "" && excl[n.GetName()] || len(n.GetOutput()) > 0 && excl[n.GetOutput()[0]] {
+		if qz.excluded(n) {
 			if weighted[op] || op == "Add" || op == "Sum" {
-				q.Excluded = append(q.Excluded, layerOf(n))
+				qz.q.Excluded = append(qz.q.Excluded, layerOf(n))
 			}
 			continue
 		}
 		ins := n.GetInput()
 		switch {
 		case weighted[op] && len(ins) >= 2:
-			if _, isInit := ix.Initializers[ins[0]]; !isInit && ins[0] != "" {
-				wantAct(n, 0)
-			}
-			w := ins[1]
-			init, isInit := ix.Initializers[w]
-			_, isInput := ix.Inputs[w]
-			switch {
-			case isInit && !isInput && onnx.DataType(init.GetDataType()) == onnx.Float:
-				axis := weightAxis(n, 1, len(init.GetDims()))
-				weights = append(weights, weightSite{n, axis, init})
-				perChannel = perChannel || axis >= 0
-				used[n] = true
-			case isInit:
-				q.Notes = append(q.Notes, Note{Node: nodeName(n), Tensor: w, Text: "weight is not a float32 constant: left as it is"})
-			default:
-				if p := ix.Producer[w]; p != nil && (op == "Conv" || op == "ConvTranspose") {
-					q.Notes = append(q.Notes, Note{Node: nodeName(n), Tensor: w,
-						Text: fmt.Sprintf("weight is computed by %s node %q, not an initializer: quantized per tensor from its calibrated range (fold constants first for per-channel weights)", p.GetOpType(), nodeName(p))})
-				}
-				wantAct(n, 1)
-			}
+			qz.weightedSites(n)
 		case (op == "Add" || op == "Sum") && len(ins) == 2:
-			if skip := skipInput(n, ix); skip >= 0 {
-				wantAct(n, skip)
+			if skip := skipInput(n, qz.ix); skip >= 0 {
+				qz.wantAct(n, skip)
 			}
 		}
 	}
-	if len(acts) == 0 && len(weights) == 0 {
-		return nil, ErrNothingToQuantize
-	}
+}
 
-	// Opset 13 even without per-channel scales: ONNX Runtime's QDQ
-	// optimizers insert operators (Round) that opset 10 lacks.
-	opset, err := raiseOpset(cp, 13)
-	if err != nil {
-		q.Notes = append(q.Notes, Note{Text: fmt.Sprintf("the Q/DQ model stays below opset 13 (%v): weights use one scale per tensor", err)})
-		for i := range weights {
-			weights[i].axis = -1
+// excluded tells whether QuantizeOptions.Exclude names n's op type, name or
+// first output.
+func (qz *quantizer) excluded(n *onnxpb.NodeProto) bool {
+	return qz.excl[n.GetOpType()] || n.GetName() != "" && qz.excl[n.GetName()] || len(n.GetOutput()) > 0 && qz.excl[n.GetOutput()[0]]
+}
+
+// weightedSites records the inputs of a Conv, ConvTranspose, Gemm or
+// MatMul: its computed first input as an activation, and its weight as an
+// int8 initializer when it is a float32 constant, or else, when computed,
+// as an activation with a Note (it gets no per-channel scales).
+func (qz *quantizer) weightedSites(n *onnxpb.NodeProto) {
+	ins, op := n.GetInput(), n.GetOpType()
+	if _, isInit := qz.ix.Initializers[ins[0]]; !isInit && ins[0] != "" {
+		qz.wantAct(n, 0)
+	}
+	w := ins[1]
+	init, isInit := qz.ix.Initializers[w]
+	_, isInput := qz.ix.Inputs[w]
+	switch {
+	case isInit && !isInput && onnx.DataType(init.GetDataType()) == onnx.Float:
+		qz.weights = append(qz.weights, weightSite{n, weightAxis(n, 1, len(init.GetDims())), init})
+		qz.used[n] = true
+	case isInit:
+		qz.q.Notes = append(qz.q.Notes, Note{Node: nodeName(n), Tensor: w, Text: "weight is not a float32 constant: left as it is"})
+	default:
+		if p := qz.ix.Producer[w]; p != nil && (op == "Conv" || op == "ConvTranspose") {
+			qz.q.Notes = append(qz.q.Notes, Note{Node: nodeName(n), Tensor: w,
+				Text: fmt.Sprintf("weight is computed by %s node %q, not an initializer: quantized per tensor from its calibrated range (fold constants first for per-channel weights)", p.GetOpType(), nodeName(p))})
 		}
-		opset, err = raiseOpset(cp, 11)
+		qz.wantAct(n, 1)
+	}
+}
+
+// wantAct records input i of n as a quantized activation, or a Note when
+// the tensor has no calibrated range.
+func (qz *quantizer) wantAct(n *onnxpb.NodeProto, i int) {
+	t := n.GetInput()[i]
+	if _, ok := qz.scales[t]; !ok {
+		qz.q.Notes = append(qz.q.Notes, Note{Node: nodeName(n), Tensor: t, Text: "no calibrated range: input left in fp32"})
+		return
+	}
+	if _, seen := qz.acts[t]; !seen {
+		qz.actOrder = append(qz.actOrder, t)
+		qz.q.readers[t] = nodeName(n)
+	}
+	qz.acts[t] = append(qz.acts[t], actSite{n, i})
+	qz.used[n] = true
+}
+
+// raiseOpset raises the copy to opset 13 even without per-channel scales:
+// ONNX Runtime's QDQ optimizers insert operators (Round) that opset 10
+// lacks. Where the model's operators do not allow 13, weights fall back to
+// one scale per tensor at opset 11, and a Note says so.
+func (qz *quantizer) raiseOpset() error {
+	opset, err := raiseOpset(qz.q.Model, 13)
+	if err != nil {
+		qz.q.Notes = append(qz.q.Notes, Note{Text: fmt.Sprintf("the Q/DQ model stays below opset 13 (%v): weights use one scale per tensor", err)})
+		for i := range qz.weights {
+			qz.weights[i].axis = -1
+		}
+		opset, err = raiseOpset(qz.q.Model, 11)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("quantizing: %w", err)
+		return err
 	}
-	q.Opset = opset
+	qz.q.Opset = opset
+	return nil
+}
 
-	names := newNamer(g)
-	for _, t := range actOrder {
-		s := float32(scales[t])
+// insertActivations adds one QuantizeLinear/DequantizeLinear pair per
+// activation, shared by every input that reads it quantized.
+func (qz *quantizer) insertActivations(names namer) error {
+	g := qz.g
+	for _, t := range qz.actOrder {
+		s := float32(qz.scales[t])
 		if !(s > 0) || math.IsInf(float64(s), 0) {
-			return nil, fmt.Errorf("quantizing: tensor %q: scale %v is not a positive float32", t, scales[t])
+			return fmt.Errorf("tensor %q: scale %v is not a positive float32", t, qz.scales[t])
 		}
 		scale := names.init(g, t+"_scale", nil, []float32{s})
 		zp := names.init(g, t+"_zero_point", nil, []int8{0})
@@ -259,20 +336,27 @@ func Quantize(m *onnx.Model, r Ranges, opts QuantizeOptions) (*Quantized, error)
 		g.Node = append(g.Node,
 			qdqNode("QuantizeLinear", names.value(t+"_QuantizeLinear"), []string{t, scale, zp}, qo, -1),
 			qdqNode("DequantizeLinear", names.value(t+"_DequantizeLinear"), []string{qo, scale, zp}, dqo, -1))
-		for _, s := range acts[t] {
+		for _, s := range qz.acts[t] {
 			s.node.Input[s.in] = dqo
 		}
-		q.Activations = append(q.Activations, t)
+		qz.q.Activations = append(qz.q.Activations, t)
 	}
+	return nil
+}
+
+// insertWeights stores each weight as an int8 initializer followed by a
+// DequantizeLinear, once per initializer and axis however many nodes read it.
+func (qz *quantizer) insertWeights(names namer) error {
+	g := qz.g
 	done := map[string]string{} // weight initializer and axis -> dequantized value
-	for _, w := range weights {
+	for _, w := range qz.weights {
 		name := w.init.GetName()
 		key := fmt.Sprintf("%s@%d", name, w.axis)
 		dqo, ok := done[key]
 		if !ok {
 			qw, sc, err := quantizeWeight(w.init, w.axis)
 			if err != nil {
-				return nil, fmt.Errorf("quantizing weight %q of node %q: %w", name, nodeName(w.node), err)
+				return fmt.Errorf("quantizing weight %q of node %q: %w", name, nodeName(w.node), err)
 			}
 			var dims []int64
 			if w.axis >= 0 {
@@ -284,22 +368,28 @@ func Quantize(m *onnx.Model, r Ranges, opts QuantizeOptions) (*Quantized, error)
 			dqo = names.value(name + "_dequantized")
 			g.Node = append(g.Node, qdqNode("DequantizeLinear", names.value(name+"_DequantizeLinear"), []string{qname, scale, zp}, dqo, w.axis))
 			done[key] = dqo
-			q.Weights = append(q.Weights, QuantizedWeight{Tensor: name, Node: nodeName(w.node), Axis: w.axis, Channels: len(sc)})
+			qz.q.Weights = append(qz.q.Weights, QuantizedWeight{Tensor: name, Node: nodeName(w.node), Axis: w.axis, Channels: len(sc)})
 		}
 		w.node.Input[1] = dqo
 	}
-	dropUnused(g)
-	nodes, err := onnx.TopoSort(g)
+	return nil
+}
+
+// finish drops the fp32 weights nothing reads any more, puts the appended
+// Q/DQ nodes in graph order, and lists the quantized layers in that order.
+func (qz *quantizer) finish() error {
+	dropUnused(qz.g)
+	nodes, err := onnx.TopoSort(qz.g)
 	if err != nil {
-		return nil, fmt.Errorf("quantizing: %w", err)
+		return err
 	}
-	g.Node = nodes
-	for _, n := range g.GetNode() {
-		if used[n] {
-			q.Layers = append(q.Layers, layerOf(n))
+	qz.g.Node = nodes
+	for _, n := range qz.g.GetNode() {
+		if qz.used[n] {
+			qz.q.Layers = append(qz.q.Layers, layerOf(n))
 		}
 	}
-	return q, nil
+	return nil
 }
 
 // skipInput returns the input of a two-input Add or Sum that is the skip
@@ -442,104 +532,4 @@ func dropUnused(g *onnxpb.GraphProto) {
 	g.Initializer = slices.DeleteFunc(g.Initializer, func(t *onnxpb.TensorProto) bool {
 		return !read[t.GetName()] && !inputs[t.GetName()]
 	})
-}
-
-// opsetBreaks lists operators whose definition changed incompatibly at the
-// given default-domain opset (inputs that became attributes or the reverse,
-// or changed semantics). Raising a model's opset across one of them would
-// change what the model computes or make it invalid.
-var opsetBreaks = map[string][]int64{
-	"Slice": {10}, "TopK": {10}, "Upsample": {9, 10}, "Resize": {11}, "Clip": {11}, "Pad": {11},
-	"Softmax": {13}, "LogSoftmax": {13}, "Hardmax": {13}, // rewritten to their 2-D form
-	"Split": {13}, "Squeeze": {13},
-	"Unsqueeze": {13}, "ReduceSum": {13}, "BatchNormalization": {9}, "Scan": {9}, "Scatter": {11},
-	"Dropout": {12}, // rewritten to Identity: inference ignores it
-}
-
-// rewritten are the operators raiseOpset rewrites instead of refusing.
-var rewritten = map[string]bool{"Dropout": true, "Softmax": true, "LogSoftmax": true, "Hardmax": true}
-
-func intAttrProto(name string, v int64) *onnxpb.AttributeProto {
-	t := onnxpb.AttributeProto_INT
-	return &onnxpb.AttributeProto{Name: proto.String(name), Type: &t, I: proto.Int64(v)}
-}
-
-// raiseOpset raises the default-domain opset to at least target, rewriting
-// inference-only Dropout nodes to Identity, and refusing when an operator's
-// definition changed on the way. It also raises the IR version to the one
-// that introduced the opset.
-func raiseOpset(m *onnx.Model, target int64) (int64, error) {
-	cur := m.Opset()
-	if cur == 0 {
-		cur = 1
-	}
-	if cur >= target {
-		return cur, nil
-	}
-	var broken []string
-	for _, n := range m.Graph().GetNode() {
-		if d := n.GetDomain(); d != "" && d != "ai.onnx" {
-			continue
-		}
-		for _, v := range opsetBreaks[n.GetOpType()] {
-			if cur < v && v <= target && !rewritten[n.GetOpType()] && !slices.Contains(broken, n.GetOpType()) {
-				broken = append(broken, n.GetOpType())
-			}
-		}
-	}
-	if len(broken) > 0 {
-		sort.Strings(broken)
-		return 0, fmt.Errorf("raising opset %d to %d would change the meaning of %s", cur, target, strings.Join(broken, ", "))
-	}
-	g := m.Graph()
-	if cur < 12 && target >= 12 {
-		ix := onnx.NewIndex(g)
-		for _, n := range g.GetNode() {
-			if n.GetOpType() != "Dropout" {
-				continue
-			}
-			if outs := n.GetOutput(); len(outs) > 1 && outs[1] != "" {
-				if len(ix.Consumers[outs[1]]) > 0 || ix.Outputs[outs[1]] {
-					return 0, fmt.Errorf("Dropout node %q: its mask output is used", nodeName(n))
-				}
-			}
-			n.OpType, n.Attribute = proto.String("Identity"), nil
-			n.Input, n.Output = n.Input[:1], n.Output[:1]
-		}
-	}
-	if cur < 13 && target >= 13 {
-		names := newNamer(g)
-		var extra []*onnxpb.NodeProto
-		for _, n := range g.GetNode() {
-			switch n.GetOpType() {
-			case "Softmax", "LogSoftmax", "Hardmax":
-			default:
-				continue
-			}
-			// Before 13 these flattened the input to 2-D at axis (default
-			// 1) and normalized each row; from 13 they work along axis
-			// alone. Flatten, apply along axis 1, reshape back.
-			x, y, base := n.GetInput()[0], n.GetOutput()[0], nodeName(n)
-			shape, flat, out := names.value(base+"_shape"), names.value(base+"_flat"), names.value(base+"_2d")
-			extra = append(extra,
-				&onnxpb.NodeProto{Name: proto.String(names.value(base + "_Shape")), OpType: proto.String("Shape"), Input: []string{x}, Output: []string{shape}},
-				&onnxpb.NodeProto{Name: proto.String(names.value(base + "_Flatten")), OpType: proto.String("Flatten"), Input: []string{x}, Output: []string{flat},
-					Attribute: []*onnxpb.AttributeProto{intAttrProto("axis", intAttr(n, "axis", 1))}},
-				&onnxpb.NodeProto{Name: proto.String(names.value(base + "_Reshape")), OpType: proto.String("Reshape"), Input: []string{out, shape}, Output: []string{y}})
-			n.Input[0], n.Output[0] = flat, out
-			n.Attribute = []*onnxpb.AttributeProto{intAttrProto("axis", 1)}
-		}
-		g.Node = append(g.Node, extra...)
-		nodes, err := onnx.TopoSort(g)
-		if err != nil {
-			return 0, err
-		}
-		g.Node = nodes
-	}
-	m.SetOpset("", target)
-	ir := map[int64]int64{11: 6, 13: 7}[target]
-	if m.Proto.GetIrVersion() < ir {
-		m.Proto.IrVersion = proto.Int64(ir)
-	}
-	return target, nil
 }

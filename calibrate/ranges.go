@@ -20,12 +20,12 @@ const RangesVersion = 1
 // model are derived. It is JSON, with tensors sorted by name so that the same
 // calibration always gives the same bytes.
 type Ranges struct {
-	Version       int           `json:"version"`
-	ModelDigest   string        `json:"model_digest"`   // e.g. "sha256:…" of the fp32 ONNX model
-	DatasetDigest string        `json:"dataset_digest"` // digest of the calibration samples
-	Method        Method        `json:"method"`         // the method asked for
-	Samples       int           `json:"samples"`        // calibration samples run
-	Tensors       []TensorRange `json:"tensors"`
+	Version       int             `json:"version"`
+	ModelDigest   manifest.Digest `json:"model_digest"`   // of the fp32 ONNX model
+	DatasetDigest manifest.Digest `json:"dataset_digest"` // of the calibration samples as they ran
+	Method        Method          `json:"method"`         // the method asked for
+	Samples       int             `json:"samples"`        // calibration samples run
+	Tensors       []TensorRange   `json:"tensors"`
 }
 
 // TensorRange is the range of one tensor in a ranges file.

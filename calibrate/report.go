@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/kiln-ml/kiln/internal/atomicfile"
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 // WorstLayers is how many tensors the report names as the worst.
@@ -16,14 +17,14 @@ const WorstLayers = 10
 // Report is what Run did and how close the Q/DQ model is to fp32. It is
 // written as report.json and, for people, report.md.
 type Report struct {
-	Model              string `json:"model"`
-	ModelDigest        string `json:"model_digest"`
-	Dataset            string `json:"dataset"`
-	DatasetDigest      string `json:"dataset_digest"`
-	Method             Method `json:"method"`
-	Batch              int    `json:"batch"`
-	CalibrationSamples int    `json:"calibration_samples"`
-	ValidationSamples  int    `json:"validation_samples"`
+	Model              string          `json:"model"`
+	ModelDigest        manifest.Digest `json:"model_digest"`
+	Dataset            string          `json:"dataset"`
+	DatasetDigest      manifest.Digest `json:"dataset_digest"`
+	Method             Method          `json:"method"`
+	Batch              int             `json:"batch"`
+	CalibrationSamples int             `json:"calibration_samples"`
+	ValidationSamples  int             `json:"validation_samples"`
 	// UnusedSamples are drawn samples left out because the model fixes
 	// its batch size and they make no full batch.
 	UnusedSamples int `json:"unused_samples,omitempty"`

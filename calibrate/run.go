@@ -2,9 +2,7 @@ package calibrate
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -125,6 +123,32 @@ type runner struct {
 	fsys     dataset.FS
 }
 
+// newRunner applies opts over the defaults: no progress, a discarding
+// logger and the local file system.
+func newRunner(opts []Option) *runner {
+	rn := &runner{log: slog.New(slog.NewTextHandler(io.Discard, nil)), fsys: dataset.Local{}}
+	for _, o := range opts {
+		o(rn)
+	}
+	return rn
+}
+
+// withDefaults spells out the fields whose zero value stands for a
+// default, so that a config and the same config with its defaults written
+// out calibrate, and are cached by RunCached, alike.
+func (c Config) withDefaults() Config {
+	if c.Method == "" {
+		c.Method = Entropy
+	}
+	if c.CalibShare == 0 {
+		c.CalibShare = 0.5
+	}
+	if c.TRTVersion.IsZero() {
+		c.TRTVersion = DefaultTRTVersion
+	}
+	return c
+}
+
 // Run calibrates cfg.Model on cfg.Data and writes into dir: ranges.json,
 // calibration.cache (TensorRT, header for cfg.TRTVersion), model.int8.onnx
 // (Q/DQ, see Quantize), report.json, report.md and ort/ (ONNX Runtime's
@@ -133,10 +157,7 @@ type runner struct {
 // so a failed run leaves dir as it was. An existing dir is replaced only when
 // it is empty or holds a previous run (a ranges.json).
 func Run(ctx context.Context, cfg Config, dir string, opts ...Option) (*Report, error) {
-	rn := &runner{log: slog.New(slog.NewTextHandler(io.Discard, nil)), fsys: dataset.Local{}}
-	for _, o := range opts {
-		o(rn)
-	}
+	rn := newRunner(opts)
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("calibrating: %w", err)
 	}
@@ -144,7 +165,7 @@ func Run(ctx context.Context, cfg Config, dir string, opts ...Option) (*Report, 
 		return nil, err
 	}
 	start := time.Now()
-	rep, files, err := rn.calibrate(ctx, cfg)
+	rep, files, err := rn.calibrate(ctx, cfg.withDefaults())
 	if err != nil {
 		return nil, fmt.Errorf("calibrating %s: %w", cfg.Model, err)
 	}
@@ -172,65 +193,128 @@ func Run(ctx context.Context, cfg Config, dir string, opts ...Option) (*Report, 
 	return rep, nil
 }
 
+// job is one calibration once the model is loaded and its samples drawn.
+type job struct {
+	cfg   Config // with its defaults (see Config.withDefaults)
+	m     *onnx.Model
+	name  string // the model's file name without extension, for progress
+	batch int
+	bopts dataset.BatchOptions
+	drawn
+}
+
+// drawn are the samples of a job: the opened dataset and the indices that
+// calibrate and validate.
+type drawn struct {
+	src          dataset.Source
+	calib, valid []int
+	// unused counts drawn samples left out because they make no full
+	// batch of a model that fixes its batch size.
+	unused int
+}
+
 // calibrate does the work and returns the report and the writers of the
 // output files, which run only when everything succeeded.
 func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[string]func(string) error, error) {
-	modelBytes, err := os.ReadFile(cfg.Model)
+	modelBytes, m, err := loadModel(cfg.Model)
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := onnx.Parse(modelBytes, filepath.Dir(cfg.Model))
+	sig := m.Inputs()
+	batch, fixed, err := batchSize(sig, cfg.Batch)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := rn.draw(ctx, cfg, sig, fixed)
+	if err != nil {
+		return nil, nil, err
+	}
+	j := &job{
+		cfg: cfg, m: m, name: strings.TrimSuffix(filepath.Base(cfg.Model), filepath.Ext(cfg.Model)),
+		batch: batch, bopts: dataset.BatchOptions{Size: batch, Inputs: sig}, drawn: d,
+	}
+	ranges, samples, err := rn.collectRanges(ctx, j)
+	if err != nil {
+		return nil, nil, err
+	}
+	ranges.ModelDigest = manifest.DigestBytes(modelBytes)
+	q, models, err := quantizeAll(m, ranges, cfg.Exclude)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep := j.report(ranges, samples, q)
+	accs, err := rn.validate(ctx, j, models, ranges)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep.setAccuracy(accs, len(j.valid))
+	return rep, outputFiles(ranges, q, cfg.TRTVersion), nil
+}
+
+// loadModel reads and parses the fp32 model, keeping its bytes for the
+// model digest, and refuses before any data is read what calibration
+// cannot use: a model without float32 tensors or with fp16 inputs (an fp16
+// model; its fp32 original is the one to calibrate).
+func loadModel(path string) ([]byte, *onnx.Model, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := onnx.Parse(data, filepath.Dir(path))
 	if err != nil {
 		return nil, nil, err
 	}
 	if _, err := Observed(m); err != nil {
 		return nil, nil, err
 	}
-	sig := m.Inputs()
-	for _, in := range sig {
+	for _, in := range m.Inputs() {
 		if in.Type == onnx.Float16 || in.Type == onnx.BFloat16 {
 			return nil, nil, fmt.Errorf("input %q is %s: calibrate the fp32 model", in.Name, in.Type)
 		}
 	}
-	method := cfg.Method
-	if method == "" {
-		method = Entropy
-	}
-	// fixed is the batch size the model fixes (0: free or no batch).
-	fixed := 0
+	return data, m, nil
+}
+
+// batchSize is the batch to run and the one the model fixes (fixed, 0 when
+// the batch dimension is free or there is none): the one asked for, else
+// the fixed one, else DefaultBatch for a batched model and 1 for another.
+// A batch the model does not take is an error.
+func batchSize(sig []onnx.ValueInfo, asked int) (batch, fixed int, err error) {
 	for _, in := range sig {
 		if d := in.Shape.Dims; dataset.Batched(sig) && len(d) > 0 && d[0].Known {
 			fixed = int(d[0].Value)
 		}
 	}
-	batch := cfg.Batch
 	switch {
-	case batch == 0 && fixed > 0:
-		batch = fixed
-	case batch == 0 && dataset.Batched(sig):
-		batch = DefaultBatch
-	case batch == 0:
-		batch = 1
-	case fixed > 0 && batch != fixed:
-		return nil, nil, fmt.Errorf("batch %d: the model fixes its batch dimension at %d", batch, fixed)
+	case asked == 0 && fixed > 0:
+		return fixed, fixed, nil
+	case asked == 0 && dataset.Batched(sig):
+		return DefaultBatch, fixed, nil
+	case asked == 0:
+		return 1, fixed, nil
+	case fixed > 0 && asked != fixed:
+		return 0, 0, fmt.Errorf("batch %d: the model fixes its batch dimension at %d", asked, fixed)
 	}
+	return asked, fixed, nil
+}
+
+// draw opens the dataset and draws the calibration and validation samples
+// as cfg says. A model that fixes its batch runs full batches only: the
+// samples past the last full batch are left out, and counted in the report.
+func (rn *runner) draw(ctx context.Context, cfg Config, sig []onnx.ValueInfo, fixed int) (drawn, error) {
 	spec := cfg.Data
 	spec.Inputs = sig
 	src, err := dataset.Open(ctx, spec, rn.fsys)
 	if err != nil {
-		return nil, nil, err
+		return drawn{}, err
 	}
 	picked := dataset.Select(cfg.Samples, src.Len(), cfg.Seed)
-	share := cfg.CalibShare
-	if share == 0 {
-		share = 0.5
-	}
-	calib, valid, err := dataset.Split(picked, share)
+	calib, valid, err := dataset.Split(picked, cfg.CalibShare)
 	if err != nil {
-		return nil, nil, err
+		return drawn{}, err
 	}
 	if len(calib) == 0 {
-		return nil, nil, fmt.Errorf("no calibration samples: %d drawn, calibration share %v", len(picked), share)
+		return drawn{}, fmt.Errorf("no calibration samples: %d drawn, calibration share %v", len(picked), cfg.CalibShare)
 	}
 	switch {
 	case cfg.Validation < 0:
@@ -238,81 +322,98 @@ func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[strin
 	case cfg.Validation > 0 && len(valid) > cfg.Validation:
 		valid = valid[:cfg.Validation]
 	}
-	// A model that fixes its batch runs full batches only: the samples
-	// past the last full batch are left out, and counted in the report.
 	unused := 0
 	if fixed > 1 {
 		unused = len(calib)%fixed + len(valid)%fixed
 		calib, valid = calib[:len(calib)-len(calib)%fixed], valid[:len(valid)-len(valid)%fixed]
 		if len(calib) == 0 {
-			return nil, nil, fmt.Errorf("the model fixes its batch dimension at %d, and the %d calibration samples make no full batch", fixed, unused)
+			return drawn{}, fmt.Errorf("the model fixes its batch dimension at %d, and the %d calibration samples make no full batch", fixed, unused)
 		}
 	}
-	name := strings.TrimSuffix(filepath.Base(cfg.Model), filepath.Ext(cfg.Model))
-	bopts := dataset.BatchOptions{Size: batch, Inputs: sig}
+	return drawn{src: src, calib: calib, valid: valid, unused: unused}, nil
+}
 
-	digest := sha256.New()
-	task := progress.Start(rn.progress, "calibrate "+name, int64(len(calib)), "samples")
-	stats, err := Collect(ctx, m, hashed(dataset.Batches(ctx, src, calib, bopts), digest), CollectOptions{
-		Session:  cfg.Session,
+// collectRanges collects the statistics of the calibration samples and
+// computes the ranges, whose dataset digest hashes the samples as they ran.
+// It returns the number of samples collected.
+func (rn *runner) collectRanges(ctx context.Context, j *job) (Ranges, int, error) {
+	h := manifest.NewHash()
+	task := progress.Start(rn.progress, "calibrate "+j.name, int64(len(j.calib)), "samples")
+	stats, err := Collect(ctx, j.m, hashed(dataset.Batches(ctx, j.src, j.calib, j.bopts), h), CollectOptions{
+		Session:  j.cfg.Session,
 		Progress: func(n int) { task.Add(int64(n)) },
 	})
 	task.Finish(err)
 	if err != nil {
-		return nil, nil, err
+		return Ranges{}, 0, err
 	}
-	ranges, err := stats.Ranges(method, cfg.MethodOptions)
+	ranges, err := stats.Ranges(j.cfg.Method, j.cfg.MethodOptions)
 	if err != nil {
-		return nil, nil, err
+		return Ranges{}, 0, err
 	}
-	msum := sha256.Sum256(modelBytes)
-	ranges.ModelDigest = "sha256:" + hex.EncodeToString(msum[:])
-	ranges.DatasetDigest = "sha256:" + hex.EncodeToString(digest.Sum(nil))
+	ranges.DatasetDigest = manifest.HashDigest(h)
+	return ranges, stats.Samples, nil
+}
 
+// quantizeAll makes the Q/DQ model to write and the models to validate:
+// with exclusions, the one without them first, the report's baseline.
+func quantizeAll(m *onnx.Model, ranges Ranges, exclude []string) (*Quantized, []*Quantized, error) {
 	models := []*Quantized{}
-	q, err := Quantize(m, ranges, QuantizeOptions{Exclude: cfg.Exclude})
+	q, err := Quantize(m, ranges, QuantizeOptions{Exclude: exclude})
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(cfg.Exclude) > 0 {
+	if len(exclude) > 0 {
 		base, err := Quantize(m, ranges, QuantizeOptions{})
 		if err != nil {
 			return nil, nil, err
 		}
 		models = append(models, base)
 	}
-	models = append(models, q)
-	rep := &Report{
-		Model: cfg.Model, ModelDigest: ranges.ModelDigest, Dataset: cfg.Data.Path, DatasetDigest: ranges.DatasetDigest,
-		Method: method, Batch: batch, CalibrationSamples: stats.Samples, UnusedSamples: unused, TensorRanges: len(ranges.Tensors),
-		Exclude: cfg.Exclude, Quantization: q,
+	return q, append(models, q), nil
+}
+
+// report records what the job ran; setAccuracy adds how well it did.
+func (j *job) report(ranges Ranges, samples int, q *Quantized) *Report {
+	return &Report{
+		Model: j.cfg.Model, ModelDigest: ranges.ModelDigest, Dataset: j.cfg.Data.Path, DatasetDigest: ranges.DatasetDigest,
+		Method: j.cfg.Method, Batch: j.batch, CalibrationSamples: samples, UnusedSamples: j.unused, TensorRanges: len(ranges.Tensors),
+		Exclude: j.cfg.Exclude, Quantization: q, TRTVersion: j.cfg.TRTVersion.Number(),
 	}
-	trt := cfg.TRTVersion
-	if trt.IsZero() {
-		trt = DefaultTRTVersion
-	}
-	rep.TRTVersion = trt.Number()
-	// Validation also proves that the Q/DQ model loads and runs in ONNX
-	// Runtime; without validation samples one calibration batch does that.
-	order, what := valid, "validate "
+}
+
+// validate measures the Q/DQ models against fp32 on the validation samples.
+// That also proves that the Q/DQ model loads and runs in ONNX Runtime;
+// without validation samples one calibration batch does that.
+func (rn *runner) validate(ctx context.Context, j *job, models []*Quantized, ranges Ranges) ([]*Accuracy, error) {
+	order, what := j.valid, "validate "
 	if len(order) == 0 {
-		order, what = calib[:min(len(calib), batch)], "check "
+		order, what = j.calib[:min(len(j.calib), j.batch)], "check "
 	}
-	vtask := progress.Start(rn.progress, what+name, int64(len(order)), "samples")
-	accs, err := Evaluate(ctx, m, models, ranges, counted(dataset.Batches(ctx, src, order, bopts), vtask), cfg.Session)
-	vtask.Finish(err)
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(valid) > 0 {
-		rep.ValidationSamples = len(valid)
-		rep.Accuracy = accs[len(accs)-1]
+	task := progress.Start(rn.progress, what+j.name, int64(len(order)), "samples")
+	accs, err := Evaluate(ctx, j.m, models, ranges, counted(dataset.Batches(ctx, j.src, order, j.bopts), task), j.cfg.Session)
+	task.Finish(err)
+	return accs, err
+}
+
+// setAccuracy records the results of validate: the written model's last,
+// the baseline without exclusions first when there is one. Results of the
+// check run on calibration samples are no accuracy and are left out.
+func (r *Report) setAccuracy(accs []*Accuracy, validation int) {
+	if validation > 0 {
+		r.ValidationSamples = validation
+		r.Accuracy = accs[len(accs)-1]
 		if len(accs) > 1 {
-			rep.Baseline = accs[0]
+			r.Baseline = accs[0]
 		}
 	}
-	rep.worst()
-	files := map[string]func(string) error{
+	r.worst()
+}
+
+// outputFiles are the writers of the files Run puts in its directory, by
+// name, run once everything else has succeeded.
+func outputFiles(ranges Ranges, q *Quantized, trt manifest.TRTVersion) map[string]func(string) error {
+	return map[string]func(string) error{
 		RangesFile: func(p string) error { return WriteRanges(p, ranges) },
 		CacheFile:  func(p string) error { return WriteCacheFile(p, ranges.Cache(trt)) },
 		ModelFile:  func(p string) error { return q.Model.Save(p) },
@@ -323,7 +424,6 @@ func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[strin
 			return WriteORTTable(p, ranges.ORTTable())
 		},
 	}
-	return rep, files, nil
 }
 
 // hashed passes batches through, hashing sample IDs and tensor bytes into h

@@ -94,6 +94,7 @@ func checkOutputs(t *testing.T, out string, rep *Report) {
 		t.Fatalf("the Q/DQ model does not load in ONNX Runtime: %v", err)
 	}
 	s.Close()
+	checkReadOutput(t, out, rep)
 }
 
 func TestRunTinyNetNpy(t *testing.T) {
@@ -118,10 +119,13 @@ func TestRunTinyNetNpy(t *testing.T) {
 	if o := rep.Accuracy.Outputs[0]; !o.Classifier || o.Cosine < 0.99 {
 		t.Errorf("TinyNet probs: classifier %v cosine %.6f, want a classifier with cosine >= 0.99", o.Classifier, o.Cosine)
 	}
+	checkReadOutput(t, out, rep)
 	// A second run replaces the first one's directory.
-	if _, err := Run(context.Background(), Config{Model: filepath.Join(testutil.RepoRoot(t), "testdata", "tinynet.onnx"), Data: dataset.Spec{Path: npy}, Validation: -1}, out); err != nil {
+	rep, err = Run(context.Background(), Config{Model: filepath.Join(testutil.RepoRoot(t), "testdata", "tinynet.onnx"), Data: dataset.Spec{Path: npy}, Validation: -1}, out)
+	if err != nil {
 		t.Fatalf("re-running into %s: %v", out, err)
 	}
+	checkReadOutput(t, out, rep) // without validation: no accuracy
 }
 
 func TestRunExclude(t *testing.T) {
