@@ -48,12 +48,12 @@ demo: ort build ## the main job on the model kiln ships: inspect, calibrate, con
 	$(KILN) inspect --run testdata/tinynet.onnx
 	$(GO) run ./internal/testmodels/gen -images .cache/demo/images -n 64
 	$(KILN) calibrate testdata/tinynet.onnx --data .cache/demo/images --preprocess scale=0.00392157 -o .cache/demo/calib --progress plain
-	$(KILN) convert testdata/tinynet.onnx -o .cache/demo/repo --precision fp32,fp16,int8 --runtime onnx,trt --max-batch 8 \
+	$(KILN) convert testdata/tinynet.onnx --repo .cache/demo/repo --precision fp32,fp16,int8 --runtime onnx,trt --max-batch 8 \
 	    --calib-dir .cache/demo/calib --labels testdata/tinynet_labels.txt --skip-unavailable --progress plain
 	$(KILN) pbtxt lint .cache/demo/repo
 
 bench: ort ## run the benchmarks recorded in BENCHMARKS.md
-	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./onnx/ ./ort/ ./pbtxt/ ./calibrate/ ./convert/
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./onnx/ ./ort/ ./pbtxt/ ./calibrate/ ./convert/...
 	bench/peakmem.sh
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each

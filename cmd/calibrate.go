@@ -13,92 +13,70 @@ import (
 	"github.com/kiln-ml/kiln/calibrate"
 	"github.com/kiln-ml/kiln/dataset"
 	"github.com/kiln-ml/kiln/manifest"
-	"github.com/kiln-ml/kiln/ort"
 )
 
+// calibrateOptions are kiln calibrate's flags; convert's --calib-* flags
+// fill the same config (see calibrateFlags).
 type calibrateOptions struct {
-	data       string
-	format     string
-	imageKey   string
-	preprocess string
-	method     string
-	percentile float64
-	samples    int
-	seed       int64
-	calibShare float64
-	validation int
-	batch      int
-	trtVersion string
-	exclude    []string
-	out        string
-	output     string
-	progress   string
-	device     string
-	threads    int
+	cfg      calibrate.Config
+	trt      manifest.TRTSpec
+	session  sessionFlags
+	out      string
+	format   string
+	progress string
 }
 
-func (o *calibrateOptions) AddFlags(f *pflag.FlagSet) {
-	f.StringVar(&o.data, "data", "", "calibration data: a directory or file of images (.jpg, .png), .npy/.npz, .pb, .tfrecord or KServe .json")
-	f.StringVar(&o.format, "format", "", "data format when it cannot be told from file names: images, numpy, pb, tfrecord or json")
-	f.StringVar(&o.imageKey, "image-key", "", "tf.Example feature holding the encoded image in TFRecords (default image/encoded)")
-	f.StringVar(&o.preprocess, "preprocess", "", "image preprocessing: a preset (imagenet, inception, caffe) and/or key=value items, e.g. imagenet or resize=256,crop=224,scale=1/255,mean=0.485:0.456:0.406,std=0.229:0.224:0.225")
-	f.StringVar(&o.method, "method", "entropy", "range method: entropy (TensorRT EntropyCalibrator2), minmax, percentile or mse")
-	f.Float64Var(&o.percentile, "percentile", 0, "with --method percentile: p in (0,100] (default 99.999)")
-	f.IntVar(&o.samples, "samples", 0, "samples drawn from the data with --seed, for calibration and validation together (0: all)")
-	f.Int64Var(&o.seed, "seed", 0, "seed for drawing samples")
-	f.Float64Var(&o.calibShare, "calib-fraction", 0.5, "share of the drawn samples used for calibration: a fraction below 1 or a count; the rest validate")
-	f.IntVar(&o.validation, "validation", 0, "at most this many validation samples (0: all the others, -1: no accuracy report)")
-	f.IntVar(&o.batch, "batch", 0, "batch size (0: the model's fixed batch dimension, or 16)")
-	f.StringVar(&o.trtVersion, "trt-version", "10.3.0", "TensorRT version named in the calibration.cache header (major.minor.patch, or the number from trtexec's banner such as 100300); TensorRT ignores a cache written for another version")
-	f.StringSliceVar(&o.exclude, "exclude", nil, "node names, node outputs or op types to keep in fp32 (repeat or separate with commas); the report shows accuracy before and after")
-	f.StringVarP(&o.out, "out", "o", "", "output directory (replaced as a whole when the run succeeds)")
-	f.StringVar(&o.output, "output", "text", "summary format on stdout: text or json")
-	f.StringVar(&o.progress, "progress", "auto", "progress on stderr: auto (bars on a terminal, lines otherwise), bar, plain, json or none")
-	f.StringVar(&o.device, "device", "cpu", "ONNX Runtime execution provider: cpu, cuda or tensorrt")
-	f.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads (0: its default)")
+func (o *calibrateOptions) addFlags(f *pflag.FlagSet) {
+	o.addDataFlags(f, "")
+	f.StringVar(&o.cfg.Data.ImageKey, "image-key", "", "tf.Example feature holding the encoded image in TFRecords (default image/encoded)")
+	f.Float64Var(&o.cfg.MethodOptions.Percentile, "percentile", 0, "with --method percentile: p in (0,100] (default 99.999)")
+	f.Int64Var(&o.cfg.Seed, "seed", 0, "seed for drawing samples")
+	f.Float64Var(&o.cfg.CalibShare, "calib-fraction", 0.5, "share of the drawn samples used for calibration: a fraction below 1 or a count; the rest validate")
+	f.IntVar(&o.cfg.Validation, "validation", 0, "at most this many validation samples (0: all the others, -1: no accuracy report)")
+	f.IntVar(&o.cfg.Batch, "batch", 0, "batch size (0: the model's fixed batch dimension, or 16)")
+	o.trt = manifest.TRTSpec{TRTVersion: calibrate.DefaultTRTVersion}
+	trtVersionFlag(f, &o.trt, "TensorRT version named in the calibration.cache header: 10.3, 10.3.0 or trtexec's banner number (100300); TensorRT ignores a cache written for another version")
+	f.StringSliceVar(&o.cfg.Exclude, "exclude", nil, "node names, node outputs or op types to keep in fp32 (repeat or separate with commas); the report shows accuracy before and after")
+	f.StringVarP(&o.out, "output", "o", "", "output `DIR` (replaced as a whole when the run succeeds)")
+	formatFlag(f, &o.format)
+	progressFlag(f, &o.progress)
+	o.session.addFlags(f, "")
 }
 
-// config validates the flags and turns them into the library's config.
+// addDataFlags defines the flags that say what to calibrate on and how;
+// prefix names them for convert ("calib-" gives --calib-data, ...).
+func (o *calibrateOptions) addDataFlags(f *pflag.FlagSet, prefix string) {
+	what := ""
+	if prefix != "" {
+		what = "with --" + prefix + "data: "
+	}
+	o.cfg.Method = calibrate.Entropy
+	dataUsage := "calibration data: a directory or file of images (.jpg, .png), .npy/.npz, .pb, .tfrecord or KServe .json; local or gs://bucket/prefix"
+	if prefix != "" {
+		dataUsage = "calibrate on the fly from this data (as kiln calibrate --data) when no --calib-dir is given; results are cached in the user cache dir"
+	}
+	f.StringVar(&o.cfg.Data.Path, prefix+"data", "", dataUsage)
+	f.Var(&parsedValue[calibrate.Method]{p: &o.cfg.Method, typ: "method", parse: calibrate.ParseMethod,
+		text: func(m calibrate.Method) string { return string(m) }},
+		prefix+"method", what+"range method: entropy (TensorRT EntropyCalibrator2), minmax, percentile or mse")
+	f.Var(&parsedValue[dataset.Preprocess]{p: &o.cfg.Data.Preprocess, typ: "spec", parse: dataset.ParsePreprocess,
+		text: dataset.Preprocess.String},
+		prefix+"preprocess", what+"image preprocessing: a preset (imagenet, inception, caffe) and/or key=value items, e.g. imagenet or resize=256,crop=224,scale=1/255,mean=0.485:0.456:0.406,std=0.229:0.224:0.225")
+	f.IntVar(&o.cfg.Samples, prefix+"samples", 0, what+"samples drawn from the data with --seed, for calibration and validation together (0: all)")
+	if prefix == "" {
+		f.Var(&choiceValue{p: (*string)(&o.cfg.Data.Format), choices: []string{"images", "numpy", "pb", "tfrecord", "json"}},
+			"data-format", "data format when it cannot be told from file names: images, numpy, pb, tfrecord or json")
+	}
+}
+
+// config completes and checks the calibration config for model.
 func (o *calibrateOptions) config(model string) (calibrate.Config, error) {
-	if o.data == "" {
+	cfg := o.cfg
+	cfg.Model = model
+	cfg.TRTVersion = o.trt.TRTVersion
+	cfg.Session = o.session.options()
+	if cfg.Data.Path == "" {
 		return calibrate.Config{}, usageErr(errors.New("--data is required"))
-	}
-	if o.out == "" {
-		return calibrate.Config{}, usageErr(errors.New("-o/--out is required"))
-	}
-	if o.output != "text" && o.output != "json" {
-		return calibrate.Config{}, usageErr(fmt.Errorf("--output must be text or json, not %q", o.output))
-	}
-	if err := validProgress(o.progress); err != nil {
-		return calibrate.Config{}, err
-	}
-	method, err := calibrate.ParseMethod(o.method)
-	if err != nil {
-		return calibrate.Config{}, usageErr(err)
-	}
-	var pre dataset.Preprocess
-	if o.preprocess != "" {
-		if pre, err = dataset.ParsePreprocess(o.preprocess); err != nil {
-			return calibrate.Config{}, usageErr(err)
-		}
-	}
-	trt, err := manifest.ParseTRTVersion(o.trtVersion)
-	if err != nil {
-		return calibrate.Config{}, usageErr(fmt.Errorf("--trt-version: %w", err))
-	}
-	cfg := calibrate.Config{
-		Model:         model,
-		Data:          dataset.Spec{Path: o.data, Format: dataset.Format(o.format), Preprocess: pre, ImageKey: o.imageKey},
-		Method:        method,
-		MethodOptions: calibrate.MethodOptions{Percentile: o.percentile},
-		Samples:       o.samples,
-		Seed:          o.seed,
-		CalibShare:    o.calibShare,
-		Validation:    o.validation,
-		Batch:         o.batch,
-		TRTVersion:    trt,
-		Exclude:       o.exclude,
-		Session:       ort.SessionOptions{Provider: ort.Provider(o.device), IntraOpThreads: o.threads},
 	}
 	if err := cfg.Validate(); err != nil {
 		return calibrate.Config{}, usageErr(err)
@@ -112,7 +90,7 @@ func (o *calibrateOptions) config(model string) (calibrate.Config, error) {
 func newCalibrateCmd(g *globalOptions) *cobra.Command {
 	o := &calibrateOptions{}
 	c := &cobra.Command{
-		Use:   "calibrate MODEL",
+		Use:   "calibrate MODEL -o DIR",
 		Short: "Calibrate INT8 ranges on real data and write a Q/DQ model, TensorRT cache and accuracy report",
 		Long: `calibrate runs samples through the fp32 ONNX model in ONNX Runtime, collects
 per-tensor statistics (min/max and a histogram of |x|) for every graph input
@@ -131,37 +109,49 @@ sets (--calib-fraction, --validation). Everything is written to a temporary
 directory next to DIR that replaces DIR only when the run succeeds.`,
 		Example: `  kiln calibrate model.onnx --data images/ --preprocess imagenet -o calib/
   kiln calibrate model.onnx --data inputs.npy --samples 1000 --calib-fraction 500 -o calib/
-  kiln calibrate model.onnx --data images/ --exclude Conv_0,Gemm --output json -o calib/`,
+  kiln calibrate model.onnx --data images/ --exclude Conv_0,Gemm --format json -o calib/`,
 		Args: argsUsage(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			cfg, err := o.config(args[0])
 			if err != nil {
 				return err
 			}
-			if err := g.initORT(); err != nil {
-				return err
+			if o.out == "" {
+				return usageErr(errors.New("-o/--output is required"))
 			}
-			fsys, closeFS, err := dataFS(c.Context(), o.data)
+			rep, err := runCalibrate(c, g, cfg, o.progress, func(opts []calibrate.Option) (*calibrate.Report, error) {
+				return calibrate.Run(c.Context(), cfg, o.out, opts...)
+			})
 			if err != nil {
 				return err
 			}
-			defer closeFS()
-			report, done := newProgress(c.ErrOrStderr(), o.progress)
-			rep, err := calibrate.Run(c.Context(), cfg, o.out, calibrate.WithFS(fsys),
-				calibrate.WithProgress(report), calibrate.WithLogger(g.logger(c.ErrOrStderr())))
-			done()
-			if err != nil {
-				return err
-			}
-			return printCalibration(c.OutOrStdout(), o.output, o.out, rep)
+			return printCalibration(c.OutOrStdout(), o.format, o.out, rep)
 		},
 	}
-	o.AddFlags(c.Flags())
+	o.addFlags(c.Flags())
 	return c
 }
 
+// runCalibrate loads ONNX Runtime, opens the data's storage and runs one
+// calibration call with progress and logging, for kiln calibrate and for
+// convert's calibration on the fly.
+func runCalibrate(c *cobra.Command, g *globalOptions, cfg calibrate.Config, progressMode string,
+	call func([]calibrate.Option) (*calibrate.Report, error)) (*calibrate.Report, error) {
+	if err := g.initORT(); err != nil {
+		return nil, err
+	}
+	fsys, closeFS, err := dataFS(c.Context(), cfg.Data.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFS()
+	report, done := newProgress(c.ErrOrStderr(), progressMode)
+	defer done()
+	return call([]calibrate.Option{calibrate.WithFS(fsys), calibrate.WithProgress(report), calibrate.WithLogger(g.logger(c.ErrOrStderr()))})
+}
+
 func printCalibration(w io.Writer, format, dir string, r *calibrate.Report) error {
-	if format == "json" {
+	if format == formatJSON {
 		b, err := r.JSON()
 		if err != nil {
 			return err

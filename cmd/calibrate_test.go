@@ -43,13 +43,13 @@ func TestCalibrateCommand(t *testing.T) {
 	out := filepath.Join(dir, "calib")
 	model := filepath.Join(testutil.RepoRoot(t), "testdata", "tinynet.onnx")
 	stdout, stderr, code := run(t, "calibrate", model, "--data", npy, "--batch", "4", "--calib-fraction", "16",
-		"--trt-version", "8.6.1", "--progress", "plain", "--output", "json", "-o", out)
+		"--trt-version", "8.6.1", "--progress", "plain", "--format", "json", "-o", out)
 	if code != ExitOK {
 		t.Fatalf("kiln calibrate = exit %d, stderr:\n%s", code, stderr)
 	}
 	var rep calibrate.Report
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-		t.Fatalf("--output json is not a report: %v\n%s", err, stdout)
+		t.Fatalf("--format json is not a report: %v\n%s", err, stdout)
 	}
 	if rep.CalibrationSamples != 16 || rep.ValidationSamples != 8 || rep.TRTVersion != 8601 || rep.Accuracy == nil {
 		t.Errorf("report = %d/%d samples, TensorRT %d, accuracy %v, want 16/8, 8601, set", rep.CalibrationSamples, rep.ValidationSamples, rep.TRTVersion, rep.Accuracy != nil)
@@ -85,7 +85,7 @@ func TestCalibrateErrors(t *testing.T) {
 		want string
 	}{
 		{"no data", []string{"calibrate", model, "-o", dir + "/x"}, ExitUsage, "--data is required"},
-		{"no out", []string{"calibrate", model, "--data", empty}, ExitUsage, "-o/--out is required"},
+		{"no out", []string{"calibrate", model, "--data", empty}, ExitUsage, "-o/--output is required"},
 		{"bad method", []string{"calibrate", model, "--data", empty, "--method", "kl", "-o", dir + "/x"}, ExitUsage, `unknown calibration method "kl"`},
 		{"bad trt", []string{"calibrate", model, "--data", empty, "--trt-version", "ten", "-o", dir + "/x"}, ExitUsage, "--trt-version"},
 		{"bad preprocess", []string{"calibrate", model, "--data", empty, "--preprocess", "crop=0", "-o", dir + "/x"}, ExitUsage, "crop"},

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kiln-ml/kiln/internal/testutil"
 	"github.com/kiln-ml/kiln/manifest"
 )
 
@@ -16,12 +15,12 @@ var tinynetPath = filepath.Join("..", "testdata", "tinynet.onnx")
 func TestConvertPartialAndRerun(t *testing.T) {
 	t.Setenv("PATH", t.TempDir()) // no trtexec, even on a GPU machine
 	repo := filepath.Join(t.TempDir(), "repo")
-	args := []string{"convert", tinynetPath, "-o", repo, "--precision", "fp32,fp16", "--runtime", "onnx,trt", "--max-batch", "8", "--progress", "none"}
+	args := []string{"convert", tinynetPath, "--repo", repo, "--precision", "fp32,fp16", "--runtime", "onnx,trt", "--max-batch", "8", "--progress", "none"}
 	_, errOut, code := run(t, args...)
 	if code != ExitPartial || !strings.Contains(errOut, "--skip-unavailable") {
 		t.Fatalf("convert with TensorRT variants and no trtexec = exit %d (%s), want %d", code, errOut, ExitPartial)
 	}
-	out, errOut, code := run(t, append(args, "--skip-unavailable", "--output", "json")...)
+	out, errOut, code := run(t, append(args, "--skip-unavailable", "--format", "json")...)
 	if code != 0 {
 		t.Fatalf("convert --skip-unavailable = exit %d: %s", code, errOut)
 	}
@@ -32,7 +31,7 @@ func TestConvertPartialAndRerun(t *testing.T) {
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		t.Fatalf("--output json: %v\n%s", err, out)
+		t.Fatalf("--format json: %v\n%s", err, out)
 	}
 	status := map[string]string{}
 	for _, v := range res.Variants {
@@ -62,12 +61,13 @@ func TestConvertUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"convert", tinynetPath}, "-o REPO is required"},
-		{[]string{"convert", tinynetPath, "-o", repo, "--precision", "fp8"}, "fp8"},
-		{[]string{"convert", tinynetPath, "-o", repo, "--precision", "int8"}, "int8 needs calibration"},
-		{[]string{"convert", tinynetPath, "-o", repo, "--variant", "trt-fp16-q9"}, "q9"},
-		{[]string{"convert", tinynetPath, "-o", repo, "--max-batch", "-2"}, "--max-batch"},
-		{[]string{"convert", tinynetPath, "-o", repo, "--target", "gpu=a100"}, "--target"},
+		{[]string{"convert", tinynetPath}, "--repo is required"},
+		{[]string{"convert", tinynetPath, "--repo", repo, "--precision", "fp8"}, "fp8"},
+		{[]string{"convert", tinynetPath, "--repo", repo, "--precision", "int8"}, "int8 needs calibration"},
+		{[]string{"convert", tinynetPath, "--repo", repo, "--variant", "trt-fp16-q9"}, "q9"},
+		{[]string{"convert", tinynetPath, "--repo", repo, "--max-batch", "-2"}, "--max-batch"},
+		{[]string{"convert", tinynetPath, "--repo", repo, "--compute-capability", "a100"}, "--compute-capability"},
+		{[]string{"convert", tinynetPath, "--repo", repo, "--trt-version", "10"}, "--trt-version"},
 	}
 	for _, c := range cases {
 		_, errOut, code := run(t, c.args...)
@@ -77,7 +77,7 @@ func TestConvertUsageErrors(t *testing.T) {
 	}
 	// A model that cannot batch refuses max batch sizes.
 	fixed := relCorpus(t, "models", "onnx-light", "light_squeezenet.onnx")
-	if _, errOut, code := run(t, "convert", fixed, "-o", repo, "--max-batch", "8"); code != ExitUsage || !strings.Contains(errOut, "cannot batch") {
+	if _, errOut, code := run(t, "convert", fixed, "--repo", repo, "--max-batch", "8"); code != ExitUsage || !strings.Contains(errOut, "cannot batch") {
 		t.Errorf("convert fixed-batch model with --max-batch = exit %d, %q", code, errOut)
 	}
 }
@@ -87,7 +87,7 @@ func TestConvertPipelineFile(t *testing.T) {
 	pf := filepath.Join(dir, "pipeline.yaml")
 	os.WriteFile(pf, []byte("model: x.onnx\nvariants:\n  - onnx-fp32\n  - {runtime: onnx, precision: fp16, max_batch: 4}\n"), 0o644)
 	repo := filepath.Join(dir, "repo")
-	_, errOut, code := run(t, "convert", tinynetPath, "-o", repo, "-f", pf, "--progress", "none")
+	_, errOut, code := run(t, "convert", tinynetPath, "--repo", repo, "-f", pf, "--progress", "none")
 	if code != 0 {
 		t.Fatalf("convert -f = exit %d: %s", code, errOut)
 	}
@@ -97,15 +97,45 @@ func TestConvertPipelineFile(t *testing.T) {
 		}
 	}
 	os.WriteFile(pf, []byte("variants:\n  - onnx-fp32\nvariantz: []\n"), 0o644)
-	if _, errOut, code := run(t, "convert", tinynetPath, "-o", repo, "-f", pf); code == 0 || !strings.Contains(errOut, "variantz") {
+	if _, errOut, code := run(t, "convert", tinynetPath, "--repo", repo, "-f", pf); code == 0 || !strings.Contains(errOut, "variantz") {
 		t.Errorf("convert -f with an unknown key = exit %d, %q", code, errOut)
 	}
 }
 
-func TestConvertHelpGolden(t *testing.T) {
-	out, _, code := run(t, "convert", "--help")
-	if code != 0 {
-		t.Fatal(code)
+// A pipeline file's model: and repository: are used, relative to the file,
+// when no argument or flag gives them; a section or field kiln does not read
+// is an error naming the file and line, not silently ignored.
+func TestConvertPipelineStrict(t *testing.T) {
+	dir := t.TempDir()
+	model, err := os.ReadFile(tinynetPath)
+	if err != nil {
+		t.Fatal(err)
 	}
-	testutil.Golden(t, "convert", []byte(out))
+	os.WriteFile(filepath.Join(dir, "net.onnx"), model, 0o644)
+	pf := filepath.Join(dir, "pipeline.yaml")
+	os.WriteFile(pf, []byte("model: net.onnx\nrepository: models\nvariants:\n  - {runtime: onnx, precision: fp32, instances: 2}\n"), 0o644)
+	if _, errOut, code := run(t, "convert", "-f", pf, "--progress", "none"); code != 0 {
+		t.Fatalf("convert -f with model: and repository: = exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "models", "net_onnx_fp32_x2", "config.pbtxt")); err != nil {
+		t.Errorf("convert -f did not build into the file's repository: %v", err)
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"variants:\n  - onnx-fp32\ncalibrate:\n  data: images/\n", "pipeline.yaml:3: \"calibrate\" is not a setting kiln reads"},
+		{"variants:\n  - onnx-fp32\n  - {runtime: onnx, precision: fp16, max_batchs: 4}\n", "pipeline.yaml:3: variants[1].\"max_batchs\" is not a setting kiln reads"},
+		{"variants:\n  - onnx-fp32\n  - {runtime: onnx}\n", "pipeline.yaml:3: variants[1]: needs runtime and precision"},
+		{"variants:\n  - onnx-fp33\n", "pipeline.yaml:2: variants[0]: variant \"onnx-fp33\""},
+		{"model: a.onnx\nmodel: b.onnx\n", "pipeline.yaml:2: \"model\" is given twice"},
+		{"variants: onnx-fp32\n", "pipeline.yaml:1: variants must be a list"},
+		{"- onnx-fp32\n", "pipeline.yaml:1: a pipeline is a mapping"},
+	} {
+		os.WriteFile(pf, []byte(c.yaml), 0o644)
+		_, errOut, code := run(t, "convert", tinynetPath, "--repo", filepath.Join(dir, "r"), "-f", pf, "--progress", "none")
+		if code != ExitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("convert -f with\n%s= exit %d, %q; want exit 2 with %q", c.yaml, code, errOut, c.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "r")); !os.IsNotExist(err) {
+		t.Errorf("a refused pipeline file left a repository behind (%v)", err)
+	}
 }

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,31 +10,34 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/kiln-ml/kiln/internal/progress"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/ort"
 )
 
 type inspectOptions struct {
-	output     string
+	format     string
 	run        bool
 	batch      int
 	iterations int
-	device     string
-	threads    int
+	session    sessionFlags
+	progress   string
+}
+
+func (o *inspectOptions) addFlags(f *pflag.FlagSet) {
+	formatFlag(f, &o.format)
+	f.BoolVar(&o.run, "run", false, "also run the model once through ONNX Runtime on synthetic inputs and time it")
+	f.IntVar(&o.batch, "batch", 1, "with --run: size of dynamic first dimensions")
+	f.IntVar(&o.iterations, "iterations", 10, "with --run: timed runs after one warm-up")
+	o.session.addFlags(f, "with --run: ")
+	progressFlag(f, &o.progress)
 }
 
 func (o *inspectOptions) validate() error {
-	if o.output != "text" && o.output != "json" {
-		return usageErr(fmt.Errorf("--output must be text or json, not %q", o.output))
-	}
 	if o.batch < 1 || o.iterations < 1 {
 		return usageErr(fmt.Errorf("--batch and --iterations must be at least 1"))
-	}
-	switch o.device {
-	case "cpu", "cuda", "tensorrt":
-	default:
-		return usageErr(fmt.Errorf("--device must be cpu, cuda or tensorrt, not %q", o.device))
 	}
 	return nil
 }
@@ -55,56 +59,71 @@ parameter count and bytes per element type, node counts per op type, whether
 the model is already fp16 or INT8 (Q/DQ or QLinear operators), and whether
 Triton can batch it (every input and output has a dynamic first dimension).`,
 		Example: `  kiln inspect model.onnx
-  kiln inspect --output json model.onnx | jq .batch`,
+  kiln inspect --format json model.onnx | jq .batch
+  kiln inspect --run --batch 8 model.onnx`,
 		Args: argsUsage(cobra.MinimumNArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := o.validate(); err != nil {
 				return err
 			}
-			var sums []inspectResult
-			for _, path := range args {
-				s, err := inspectFile(path)
-				if err != nil {
+			if o.run {
+				if err := g.initORT(); err != nil {
 					return err
 				}
-				r := inspectResult{Summary: s}
-				if o.run {
-					if err := g.initORT(); err != nil {
-						return err
-					}
-					opts := ort.SessionOptions{Provider: ort.Provider(o.device), IntraOpThreads: o.threads}
-					if r.Run, err = ort.Smoke(c.Context(), path, opts, o.batch, o.iterations); err != nil {
-						return err
-					}
-				}
-				sums = append(sums, r)
 			}
-			w := c.OutOrStdout()
-			if o.output == "json" {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				if len(sums) == 1 {
-					return enc.Encode(sums[0])
-				}
-				return enc.Encode(sums)
+			report, done := newProgress(c.ErrOrStderr(), o.progress)
+			sums, err := o.inspect(c.Context(), args, report)
+			done()
+			if err != nil {
+				return err
 			}
-			for i, s := range sums {
-				if i > 0 {
-					fmt.Fprintln(w)
-				}
-				printSummary(w, s)
-			}
-			return nil
+			return printInspect(c.OutOrStdout(), o.format, sums)
 		},
 	}
-	f := c.Flags()
-	f.StringVar(&o.output, "output", "text", "output format: text or json")
-	f.BoolVar(&o.run, "run", false, "also run the model once through ONNX Runtime on synthetic inputs and time it")
-	f.IntVar(&o.batch, "batch", 1, "with --run: size of dynamic first dimensions")
-	f.IntVar(&o.iterations, "iterations", 10, "with --run: timed runs after one warm-up")
-	f.StringVar(&o.device, "device", "cpu", "with --run: execution provider: cpu, cuda or tensorrt")
-	f.IntVar(&o.threads, "threads", 0, "with --run: intra-op threads (0: ONNX Runtime's default)")
+	o.addFlags(c.Flags())
 	return c
+}
+
+// inspect summarizes every model and, with --run, smoke-runs it.
+func (o *inspectOptions) inspect(ctx context.Context, paths []string, report progress.Reporter) ([]inspectResult, error) {
+	task := progress.Start(report, "inspect", int64(len(paths)), "models")
+	var sums []inspectResult
+	for _, path := range paths {
+		s, err := inspectFile(path)
+		if err != nil {
+			task.Finish(err)
+			return nil, err
+		}
+		r := inspectResult{Summary: s}
+		if o.run {
+			if r.Run, err = ort.Smoke(ctx, path, o.session.options(), o.batch, o.iterations); err != nil {
+				task.Finish(err)
+				return nil, err
+			}
+		}
+		sums = append(sums, r)
+		task.Add(1)
+	}
+	task.Finish(nil)
+	return sums, nil
+}
+
+func printInspect(w io.Writer, format string, sums []inspectResult) error {
+	if format == formatJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if len(sums) == 1 {
+			return enc.Encode(sums[0])
+		}
+		return enc.Encode(sums)
+	}
+	for i, s := range sums {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		printSummary(w, s)
+	}
+	return nil
 }
 
 func inspectFile(path string) (onnx.Summary, error) {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/spf13/pflag"
+
 	"github.com/kiln-ml/kiln/ort"
 )
 
@@ -65,4 +67,22 @@ func projectDirs() []string {
 		dirs = append(dirs, ".")
 	}
 	return dirs
+}
+
+// sessionFlags are the ONNX Runtime flags of commands that run models:
+// --device and --threads.
+type sessionFlags struct {
+	device  string
+	threads int
+}
+
+// addFlags defines the flags; prefix starts their help ("with --run: ").
+func (s *sessionFlags) addFlags(f *pflag.FlagSet, prefix string) {
+	choice(f, &s.device, "device", string(ort.ProviderCPU), prefix+"ONNX Runtime execution provider: cpu, cuda or tensorrt (the GPU ones need a GPU build of ONNX Runtime, see --ort-lib)",
+		string(ort.ProviderCPU), string(ort.ProviderCUDA), string(ort.ProviderTensorRT))
+	f.IntVar(&s.threads, "threads", 0, prefix+"ONNX Runtime intra-op threads (0: its default)")
+}
+
+func (s *sessionFlags) options() ort.SessionOptions {
+	return ort.SessionOptions{Provider: ort.Provider(s.device), IntraOpThreads: s.threads}
 }

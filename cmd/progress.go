@@ -14,23 +14,6 @@ import (
 	"github.com/kiln-ml/kiln/internal/progress"
 )
 
-// Progress modes for --progress.
-const (
-	progressAuto  = "auto"  // bars on a terminal, plain lines otherwise
-	progressBar   = "bar"   // progressbar bars
-	progressPlain = "plain" // one line per state change and every 10%
-	progressJSON  = "json"  // one JSON object per event
-	progressNone  = "none"
-)
-
-func validProgress(mode string) error {
-	switch mode {
-	case progressAuto, progressBar, progressPlain, progressJSON, progressNone:
-		return nil
-	}
-	return usageErr(fmt.Errorf("--progress must be auto, bar, plain, json or none, not %q", mode))
-}
-
 // isTerminal reports whether w is a terminal (stderr of an interactive run).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -55,19 +55,18 @@ func New() *cobra.Command {
 TensorRT engines built by trtexec), calibrates INT8 on real data and measures
 what it costs in accuracy, and writes Triton model repositories whose configs
 are checked with Triton's own rules.`,
+		Example: `  kiln inspect model.onnx
+  kiln calibrate model.onnx --data images/ --preprocess imagenet -o calib
+  kiln convert model.onnx --repo models --precision fp32,fp16,int8 --calib-dir calib
+  kiln pbtxt lint models`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
-			if g.logFormat != "text" && g.logFormat != "json" {
-				return usageErr(fmt.Errorf("--log-format must be text or json, not %q", g.logFormat))
-			}
-			return nil
-		},
 	}
+	groupCommand(root)
 	pf := root.PersistentFlags()
 	pf.CountVarP(&g.verbose, "verbose", "v", "more log output on stderr (-v info, -vv debug)")
-	pf.StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
-	pf.StringVar(&g.ortLib, "ort-lib", "", "path to the ONNX Runtime shared library (default: $KILN_ORT_LIB, then .cache/ort/, then the system)")
+	choice(pf, &g.logFormat, "log-format", formatText, "log format on stderr", formatText, formatJSON)
+	pf.StringVar(&g.ortLib, "ort-lib", "", "`PATH` of the ONNX Runtime shared library (default: $KILN_ORT_LIB, then .cache/ort/, then the system)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageErr(err) })
 
 	root.AddCommand(
@@ -77,7 +76,28 @@ are checked with Triton's own rules.`,
 		newPbtxtCmd(g),
 		newVersionCmd(),
 	)
+	// Cobra adds its completion command when it executes; adding it here
+	// makes the tree New returns the whole tree (help goldens, vocabulary).
+	root.InitDefaultCompletionCmd()
 	return root
+}
+
+// groupCommand makes c, a command that only holds subcommands, print its
+// help when run alone and refuse anything else as an unknown command (a
+// usage error), with cobra's suggestions.
+func groupCommand(c *cobra.Command) {
+	c.SuggestionsMinimumDistance = 2
+	c.Args = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return usageErr(errors.New(msg))
+	}
+	c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
 }
 
 func usageErr(err error) error { return &ExitError{Code: ExitUsage, Err: err} }
@@ -92,21 +112,15 @@ func (g *globalOptions) logger(w io.Writer) *slog.Logger {
 		level = slog.LevelInfo
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	if g.logFormat == "json" {
+	if g.logFormat == formatJSON {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// envOr returns the flag value when set, else the environment variable.
-func envOr(flagValue, env string) string {
-	if flagValue != "" {
-		return flagValue
-	}
-	return os.Getenv(env)
-}
-
-// Execute runs the command line and returns the process exit code.
+// Execute runs the command line and returns the process exit code. Usage
+// errors are recognized by type: every argument check, flag error and
+// unknown command is an *ExitError with ExitUsage.
 func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := New()
 	root.SetArgs(args)
@@ -123,8 +137,6 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if ee.Err == nil {
 			return code
 		}
-	} else if isCobraUsage(err) {
-		code = ExitUsage
 	}
 	fmt.Fprintf(stderr, "kiln: %v\n", err)
 	if hint := advice(err); hint != "" {

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
@@ -13,6 +11,8 @@ import (
 
 // Matrix is the variant cross product asked for on the command line:
 // --precision fp32,fp16 --runtime onnx,trt --max-batch 1,16 --instances 1,4.
+// An empty list means its default: fp32, onnx, the model's default batch,
+// one instance.
 type Matrix struct {
 	Precisions []manifest.Precision
 	Runtimes   []manifest.Runtime
@@ -21,71 +21,10 @@ type Matrix struct {
 	Target     string
 }
 
-// ParseMatrix reads the comma-separated flag values; empty lists get the
-// defaults (fp32 on onnx, default batch, one instance).
-func ParseMatrix(precisions, runtimes, maxBatches, instances []string) (Matrix, error) {
-	var m Matrix
-	var errs []error
-	for _, s := range splitAll(precisions) {
-		p, err := manifest.ParsePrecision(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--precision: %w", err))
-			continue
-		}
-		m.Precisions = append(m.Precisions, p)
-	}
-	for _, s := range splitAll(runtimes) {
-		r, err := manifest.ParseRuntime(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--runtime: %w", err))
-			continue
-		}
-		m.Runtimes = append(m.Runtimes, r)
-	}
-	ints := func(flag string, vals []string, min int) []int {
-		var out []int
-		for _, s := range splitAll(vals) {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < min {
-				errs = append(errs, fmt.Errorf("%s: %q is not an integer >= %d", flag, s, min))
-				continue
-			}
-			out = append(out, n)
-		}
-		return out
-	}
-	m.MaxBatches = ints("--max-batch", maxBatches, 0)
-	m.Instances = ints("--instances", instances, 1)
-	if len(m.Precisions) == 0 {
-		m.Precisions = []manifest.Precision{manifest.FP32}
-	}
-	if len(m.Runtimes) == 0 {
-		m.Runtimes = []manifest.Runtime{manifest.RuntimeONNX}
-	}
-	if len(m.MaxBatches) == 0 {
-		m.MaxBatches = []int{0}
-	}
-	if len(m.Instances) == 0 {
-		m.Instances = []int{1}
-	}
-	return m, errors.Join(errs...)
-}
-
-func splitAll(vals []string) []string {
-	var out []string
-	for _, v := range vals {
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				out = append(out, s)
-			}
-		}
-	}
-	return out
-}
-
 // Expand returns the cross product in a stable order (runtime, precision,
 // batch, instances), without duplicates.
 func (m Matrix) Expand() []manifest.Variant {
+	m = m.withDefaults()
 	seen := map[string]bool{}
 	var out []manifest.Variant
 	for _, r := range m.Runtimes {
@@ -107,6 +46,23 @@ func (m Matrix) Expand() []manifest.Variant {
 	return out
 }
 
+// withDefaults fills the empty lists with their defaults.
+func (m Matrix) withDefaults() Matrix {
+	if len(m.Precisions) == 0 {
+		m.Precisions = []manifest.Precision{manifest.FP32}
+	}
+	if len(m.Runtimes) == 0 {
+		m.Runtimes = []manifest.Runtime{manifest.RuntimeONNX}
+	}
+	if len(m.MaxBatches) == 0 {
+		m.MaxBatches = []int{0}
+	}
+	if len(m.Instances) == 0 {
+		m.Instances = []int{1}
+	}
+	return m
+}
+
 // Plan is a checked list of variants for one model.
 type Plan struct {
 	Variants []manifest.Variant
@@ -115,10 +71,27 @@ type Plan struct {
 	Batchable bool
 }
 
+// ErrNoCalibration is the reason int8 variants are refused without
+// calibration (wrapped with the variant in a PlanError).
+var ErrNoCalibration = errors.New("int8 needs calibration: no Q/DQ model or calibration cache")
+
+// PlanError reports variants that do not fit the model or what was given
+// for them: a usage error, which no rebuild fixes. Err joins one error per
+// refused variant.
+type PlanError struct {
+	Err error
+}
+
+// Error lists the refused variants with their reasons.
+func (e *PlanError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the joined errors, for errors.Is(err, ErrNoCalibration).
+func (e *PlanError) Unwrap() error { return e.Err }
+
 // PlanOptions say what the variants may use.
 type PlanOptions struct {
 	// HaveCalibration is true when a Q/DQ model or calibration cache from
-	// `kiln calibrate` is available (or calibration data is given).
+	// `kiln calibrate` is available.
 	HaveCalibration bool
 	// RandomRanges allows perf-only int8 TensorRT engines without calibration.
 	RandomRanges bool
@@ -126,10 +99,11 @@ type PlanOptions struct {
 
 // CheckPlan validates variants against the model: known precisions and
 // runtimes, int8 only with calibration (or explicitly random ranges, for
-// TensorRT only), and batch sizes the model can take.
+// TensorRT only), and batch sizes the model can take. A refusal is a
+// *PlanError.
 func CheckPlan(m *onnx.Model, variants []manifest.Variant, o PlanOptions) (*Plan, error) {
 	if len(variants) == 0 {
-		return nil, errors.New("no variants requested")
+		return nil, &PlanError{Err: errors.New("no variants requested")}
 	}
 	verdict := onnx.BatchOf(m.Inputs(), m.Outputs())
 	p := &Plan{Batchable: verdict.Batchable}
@@ -146,7 +120,7 @@ func CheckPlan(m *onnx.Model, variants []manifest.Variant, o PlanOptions) (*Plan
 		seen[v.ID()] = true
 		if v.Precision == manifest.INT8 && !o.HaveCalibration {
 			if !o.RandomRanges || v.Runtime != manifest.RuntimeTRT {
-				errs = append(errs, fmt.Errorf("variant %s: int8 needs calibration: run `kiln calibrate` and pass --calib-dir, or give --calib-data (--int8-random-ranges builds perf-only TensorRT engines)", v.ID()))
+				errs = append(errs, fmt.Errorf("variant %s: %w", v.ID(), ErrNoCalibration))
 				continue
 			}
 		}
@@ -157,8 +131,13 @@ func CheckPlan(m *onnx.Model, variants []manifest.Variant, o PlanOptions) (*Plan
 		p.Variants = append(p.Variants, v)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, &PlanError{Err: err}
 	}
-	sort.SliceStable(p.Variants, func(i, j int) bool { return p.Variants[i].ID() < p.Variants[j].ID() })
+	sortVariants(p.Variants)
 	return p, nil
+}
+
+// sortVariants puts variants in the order they are built and reported.
+func sortVariants(vs []manifest.Variant) {
+	sort.SliceStable(vs, func(i, j int) bool { return vs[i].ID() < vs[j].ID() })
 }

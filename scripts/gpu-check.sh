@@ -20,7 +20,7 @@ go run ./internal/testmodels/gen -images "$OUT/images" -n 128
 ./kiln calibrate testdata/tinynet.onnx --data "$OUT/images" --preprocess "scale=0.00392157,layout=NCHW" -o "$OUT/calib"
 
 echo "== engines through kiln convert"
-./kiln convert testdata/tinynet.onnx -o "$OUT/repo" --trtexec "$TRTEXEC" \
+./kiln convert testdata/tinynet.onnx --repo "$OUT/repo" --trtexec "$TRTEXEC" \
     --runtime trt --precision fp32,fp16,int8 --max-batch 8 --calib-dir "$OUT/calib"
 ./kiln pbtxt lint "$OUT/repo"
 

@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kiln-ml/kiln/convert"
+	"github.com/kiln-ml/kiln/convert/fp16"
 	"github.com/kiln-ml/kiln/internal/testmodels"
 	"github.com/kiln-ml/kiln/onnx"
 )
@@ -69,7 +69,7 @@ func run(gen int, out, mode string, args []string) error {
 		var m *onnx.Model
 		if m, err = onnx.Load(path); err == nil {
 			var h *onnx.Model
-			if h, _, err = convert.ToFP16(m, convert.FP16Options{KeepIOTypes: true}); err == nil {
+			if h, _, err = fp16.Convert(m, fp16.Options{KeepIOTypes: true}); err == nil {
 				err = h.Save(path + ".out")
 				os.Remove(path + ".out")
 			}
