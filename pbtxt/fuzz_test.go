@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kiln-ml/kiln/internal/testutil"
 )
 
 // FuzzParse checks that the parser never panics, that every error is a
@@ -16,7 +18,7 @@ import (
 // run on every parsed config too, to prove they do not panic on odd input.
 func FuzzParse(f *testing.F) {
 	seeds, _ := filepath.Glob(filepath.Join("testdata", "*", "*.golden"))
-	corpus, _ := filepath.Glob(filepath.Join("..", "..", "shared", "corpus", "triton-configs", "*", "*", "config.pbtxt"))
+	corpus, _ := filepath.Glob(testutil.CorpusPath(f, "triton-configs", "*", "*", "config.pbtxt"))
 	for _, p := range append(seeds, corpus...) {
 		if data, err := os.ReadFile(p); err == nil {
 			f.Add(data)
