@@ -34,11 +34,7 @@ type LintOptions struct {
 // every rule of Validate. Auto-complete is assumed, as in tritonserver's
 // default mode, so partial configs are not errors.
 func LintFile(path string, opts LintOptions) (Problems, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading model config: %w", err)
-	}
-	c, err := Parse(data)
+	c, err := ParseFile(path)
 	if err != nil {
 		var se *SyntaxError
 		if errors.As(err, &se) {

@@ -23,20 +23,6 @@ func newDouble(t *testing.T, d trtexectest.Double) (*Tool, string) {
 	return &Tool{Path: exe}, argv
 }
 
-// dirEntries lists a directory, to prove no temporary or partial file stays.
-func dirEntries(t *testing.T, dir string) []string {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range es {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
 func TestBuildArgv(t *testing.T) {
 	dyn := func(p manifest.Precision, fp16, qdq bool, cache string) Spec {
 		return Spec{ONNX: "model.onnx", Precision: p, ONNXIsFP16: fp16, ONNXIsQDQ: qdq, CalibCache: cache,
@@ -112,7 +98,7 @@ func TestBuildArgv(t *testing.T) {
 			if res.PlanDigest != manifest.DigestBytes(plan) || res.Size != int64(len(plan)) || res.PlanPath != spec.Plan {
 				t.Errorf("Build(%s) = digest %s size %d path %s, want the plan's", tt.name, res.PlanDigest, res.Size, res.PlanPath)
 			}
-			if got := dirEntries(t, dir); strings.Join(got, " ") != "model.plan model.plan.log" {
+			if got := testutil.DirNames(t, dir); strings.Join(got, " ") != "model.plan model.plan.log" {
 				t.Errorf("plan dir holds %q, want only model.plan and model.plan.log", got)
 			}
 			if res.Log.Status != StatusPassed || res.LogPath != spec.Plan+".log" || res.Log.Command != "trtexec "+strings.Join(argv, " ") {
@@ -147,7 +133,7 @@ func TestBuildFailed(t *testing.T) {
 		!strings.HasSuffix(err.Error(), "(log: "+spec.Plan+".log)") {
 		t.Errorf("Build(FAILED log) error = %q", err.Error())
 	}
-	if got := dirEntries(t, dir); strings.Join(got, " ") != "model.plan.log" {
+	if got := testutil.DirNames(t, dir); strings.Join(got, " ") != "model.plan.log" {
 		t.Errorf("plan dir holds %q, want only the log", got)
 	}
 }
@@ -224,7 +210,7 @@ func TestBuildTimeoutHangCrash(t *testing.T) {
 			dir := t.TempDir()
 			_, err := tx.Build(context.Background(), Spec{ONNX: "m.onnx", Plan: filepath.Join(dir, "m.plan"), Precision: manifest.FP32})
 			tt.check(t, err)
-			if got := dirEntries(t, dir); strings.Join(got, " ") != "m.plan.log" {
+			if got := testutil.DirNames(t, dir); strings.Join(got, " ") != "m.plan.log" {
 				t.Errorf("after %s the plan dir holds %q, want only the log", tt.mode, got)
 			}
 		})
@@ -246,7 +232,7 @@ func TestBuildCancel(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Build(canceled) error = %v, want context.Canceled", err)
 	}
-	if got := dirEntries(t, dir); strings.Join(got, " ") != "m.plan.log" {
+	if got := testutil.DirNames(t, dir); strings.Join(got, " ") != "m.plan.log" {
 		t.Errorf("after cancel the plan dir holds %q, want only the log", got)
 	}
 }
@@ -314,7 +300,7 @@ func TestBuildUnsupportedLeavesNothing(t *testing.T) {
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "run the fp16 rewrite first") {
 		t.Errorf("Build(11, fp16 from fp32) error = %v, want *UnsupportedError", err)
 	}
-	if got := dirEntries(t, dir); len(got) != 0 {
+	if got := testutil.DirNames(t, dir); len(got) != 0 {
 		t.Errorf("plan dir holds %q, want nothing", got)
 	}
 }

@@ -7,21 +7,9 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-)
 
-// entries lists the names in dir, sorted.
-func entries(t *testing.T, dir string) []string {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range es {
-		names = append(names, e.Name())
-	}
-	return names
-}
+	"github.com/kiln-ml/kiln/internal/testutil"
+)
 
 func TestWriteFile(t *testing.T) {
 	dir := t.TempDir()
@@ -37,7 +25,7 @@ func TestWriteFile(t *testing.T) {
 	if string(got) != "two" || st.Mode().Perm() != 0o644 {
 		t.Errorf("WriteFile twice = %q %v, want \"two\" -rw-r--r--", got, st.Mode().Perm())
 	}
-	if names := entries(t, dir); !slices.Equal(names, []string{"f.json"}) {
+	if names := testutil.DirNames(t, dir); !slices.Equal(names, []string{"f.json"}) {
 		t.Errorf("directory after WriteFile = %v, want only f.json", names)
 	}
 }
@@ -58,7 +46,7 @@ func TestWriteFailureKeepsOld(t *testing.T) {
 	if string(got) != "old" {
 		t.Errorf("after a failed Write the file holds %q, want \"old\"", got)
 	}
-	if names := entries(t, dir); !slices.Equal(names, []string{"model.onnx"}) {
+	if names := testutil.DirNames(t, dir); !slices.Equal(names, []string{"model.onnx"}) {
 		t.Errorf("a failed Write left %v, want only model.onnx", names)
 	}
 	if err := WriteFile(filepath.Join(dir, "missing", "x"), nil, 0o644); err == nil {
@@ -77,7 +65,7 @@ func TestWriteFilesAllOrNothing(t *testing.T) {
 	if got, _ := os.ReadFile(a); string(got) != "old a" {
 		t.Errorf("a failed WriteFiles changed a to %q", got)
 	}
-	if names := entries(t, dir); !slices.Equal(names, []string{"a"}) {
+	if names := testutil.DirNames(t, dir); !slices.Equal(names, []string{"a"}) {
 		t.Errorf("a failed WriteFiles left %v, want only a", names)
 	}
 	if err := WriteFiles(map[string][]byte{a: []byte("new a"), b: []byte("new b")}, 0o644); err != nil {
@@ -106,7 +94,7 @@ func TestReplaceDir(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(dir, "f")); string(got) != "second" {
 		t.Errorf("after ReplaceDir f = %q, want second", got)
 	}
-	if names := entries(t, dir); !slices.Equal(names, []string{"f"}) {
+	if names := testutil.DirNames(t, dir); !slices.Equal(names, []string{"f"}) {
 		t.Errorf("replaced directory holds %v, want only f (the old content goes)", names)
 	}
 	boom := errors.New("boom")
@@ -120,7 +108,7 @@ func TestReplaceDir(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(dir, "f")); string(got) != "second" {
 		t.Errorf("after a failed ReplaceDir f = %q, want second", got)
 	}
-	if names := entries(t, parent); !slices.Equal(names, []string{"out"}) {
+	if names := testutil.DirNames(t, parent); !slices.Equal(names, []string{"out"}) {
 		t.Errorf("a failed ReplaceDir left %v next to out", names)
 	}
 }
@@ -149,7 +137,7 @@ func TestRecover(t *testing.T) {
 	if err != nil || !changed {
 		t.Fatalf("Recover = %v, %v, want true, nil", changed, err)
 	}
-	if names := entries(t, parent); !slices.Equal(names, []string{".hidden", "m", "out"}) {
+	if names := testutil.DirNames(t, parent); !slices.Equal(names, []string{".hidden", "m", "out"}) {
 		t.Errorf("after Recover the directory holds %v, want .hidden, m, out", names)
 	}
 	if got, _ := os.ReadFile(filepath.Join(parent, "out", "f")); string(got) != "kept" {

@@ -43,6 +43,21 @@ func CorpusPath(t testing.TB, elem ...string) string {
 	return filepath.Join(append([]string{RepoRoot(t), "..", "shared", "corpus"}, elem...)...)
 }
 
+// DirNames lists the names in dir, sorted: tests use it to prove that no
+// temporary or partial file is left behind.
+func DirNames(t testing.TB, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
 // Golden compares got with the golden file testdata/<test name>/<name>.golden
 // of the calling package, rewriting it under -update.
 func Golden(t testing.TB, name string, got []byte) {
