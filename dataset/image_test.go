@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-ml/kiln/internal/testutil"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/x448/float16"
 )
@@ -208,7 +209,7 @@ func TestCorpusImages(t *testing.T) {
 		{"images/gke_tutorial_00001.jpg", floatInput("input_1", -1, 224, 224, 3), "caffe", []int64{224, 224, 3}},
 		{"images/car.jpg", floatInput("x", -1, 299, 299, 3), "inception", []int64{299, 299, 3}},
 	} {
-		p := corpus(t, tt.file)
+		p := testutil.Corpus(t, tt.file)
 		pre, err := ParsePreprocess(tt.pre)
 		if err != nil {
 			t.Fatal(err)
@@ -240,7 +241,7 @@ func TestCorpusImages(t *testing.T) {
 
 func TestBadImages(t *testing.T) {
 	dir := t.TempDir()
-	car, err := os.ReadFile(corpus(t, "images/car.jpg"))
+	car, err := os.ReadFile(testutil.Corpus(t, "images", "car.jpg"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-ml/kiln/internal/testutil"
 	"github.com/kiln-ml/kiln/onnx"
 )
 
@@ -19,7 +20,7 @@ func intInput(name string, dt onnx.DataType, dims ...int64) onnx.ValueInfo {
 }
 
 func TestCorpusKServeRequest(t *testing.T) {
-	p := corpus(t, "kserve-v2/gke_marketplace_bert_request.json")
+	p := testutil.Corpus(t, "kserve-v2", "gke_marketplace_bert_request.json")
 	body, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +58,7 @@ func TestCorpusKServeRequest(t *testing.T) {
 
 func TestCorpusPerfAnalyzer(t *testing.T) {
 	ctx := context.Background()
-	dir := corpus(t, "kserve-v2/perf_analyzer_input_data")
+	dir := testutil.Corpus(t, "kserve-v2", "perf_analyzer_input_data")
 	sig := []onnx.ValueInfo{intInput("INPUT0", onnx.Int32, -1, 16), intInput("INPUT1", onnx.Int32, -1, 16)}
 	src, err := Open(ctx, Spec{Path: filepath.Join(dir, "int_data.json"), Inputs: sig}, nil)
 	if err != nil {
@@ -99,7 +100,7 @@ func TestCorpusPerfAnalyzer(t *testing.T) {
 }
 
 func TestCorpusMLflow(t *testing.T) {
-	p := corpus(t, "triton-configs/mlflow_example/input.json")
+	p := testutil.Corpus(t, "triton-configs", "mlflow_example", "input.json")
 	ctx := context.Background()
 	src, err := Open(ctx, Spec{Path: p}, nil)
 	if err != nil {

@@ -10,22 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-ml/kiln/internal/testutil"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/x448/float16"
 )
-
-const corpusDir = "../../shared/corpus"
-
-// corpus returns the path of a file in the shared test corpus, skipping the
-// test when the corpus is not checked out next to the repository.
-func corpus(t testing.TB, rel string) string {
-	t.Helper()
-	p := filepath.Join(corpusDir, rel)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("shared corpus not available (%v): it lives at %s", err, corpusDir)
-	}
-	return p
-}
 
 func mustTensor(t testing.TB, name string, dims []int64, data any) *onnx.Tensor {
 	t.Helper()
@@ -153,7 +141,7 @@ func TestWriteNpyRefuses(t *testing.T) {
 }
 
 func TestCorpusNpz(t *testing.T) {
-	dir := corpus(t, "models/model-navigator/torch_linear/model_input/correctness")
+	dir := testutil.Corpus(t, "models", "model-navigator", "torch_linear", "model_input", "correctness")
 	ctx := context.Background()
 	src, err := Open(ctx, Spec{Path: dir}, nil)
 	if err != nil {
@@ -171,7 +159,7 @@ func TestCorpusNpz(t *testing.T) {
 		t.Fatalf("Sample(3) = %s %v, want %s with input float32[5]", s.ID, s.Tensors, want)
 	}
 	// The matching output file reads the same way.
-	out := corpus(t, "models/model-navigator/torch_linear/model_output/correctness/3.npz")
+	out := testutil.Corpus(t, "models", "model-navigator", "torch_linear", "model_output", "correctness", "3.npz")
 	f, err := os.Open(out)
 	if err != nil {
 		t.Fatal(err)
@@ -306,10 +294,8 @@ func FuzzNpz(f *testing.F) {
 		"b": mustTensor(f, "b", []int64{1}, []uint8{7}),
 	})
 	f.Add(buf.Bytes())
-	if p := filepath.Join(corpusDir, "models/model-navigator/torch_linear/model_input/correctness/0.npz"); true {
-		if b, err := os.ReadFile(p); err == nil {
-			f.Add(b)
-		}
+	if b, err := os.ReadFile(testutil.CorpusPath(f, "models", "model-navigator", "torch_linear", "model_input", "correctness", "0.npz")); err == nil {
+		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ts, err := ReadNpz(bytes.NewReader(b), int64(len(b)))

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-ml/kiln/internal/testutil"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/x448/float16"
 )
@@ -58,7 +59,7 @@ func TestOpenErrors(t *testing.T) {
 // TestCorpusONNXNode opens every onnx backend test's test_data_set_0 with
 // the model's signature and checks each sample fits it.
 func TestCorpusONNXNode(t *testing.T) {
-	root := corpus(t, "onnx-node")
+	root := testutil.Corpus(t, "onnx-node")
 	models, _ := filepath.Glob(filepath.Join(root, "*", "model.onnx"))
 	more, _ := filepath.Glob(filepath.Join(root, "*", "*", "model.onnx"))
 	models = append(models, more...)

@@ -6,13 +6,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-ml/kiln/internal/testutil"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"google.golang.org/protobuf/proto"
 )
 
-func addSeeds(f *testing.F, pattern string) {
-	files, _ := filepath.Glob(pattern)
+// addSeeds adds the files of the shared corpus that match pattern, a glob
+// relative to the corpus (none without it: the fuzz targets still run).
+func addSeeds(f *testing.F, pattern ...string) {
+	files, _ := filepath.Glob(testutil.CorpusPath(f, pattern...))
 	for _, p := range files {
 		if b, err := os.ReadFile(p); err == nil && len(b) < 1<<20 {
 			f.Add(b)
@@ -23,8 +26,8 @@ func addSeeds(f *testing.F, pattern string) {
 // FuzzLoadONNX: parsing arbitrary bytes never panics, and a model that
 // parses re-marshals to a model that parses to the same message.
 func FuzzLoadONNX(f *testing.F) {
-	addSeeds(f, "../../shared/corpus/onnx-node/test_*/model.onnx")
-	addSeeds(f, "../../shared/corpus/models/model-navigator/*.onnx")
+	addSeeds(f, "onnx-node", "test_*", "model.onnx")
+	addSeeds(f, "models", "model-navigator", "*.onnx")
 	defer onnx.SetBigRaw(1)() // exercise the aliasing fast path on small inputs
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := onnx.Parse(data, "")
@@ -57,7 +60,7 @@ func FuzzLoadONNX(f *testing.F) {
 // FuzzTensorCodec: decoding arbitrary TensorProto bytes never panics, and a
 // tensor that decodes survives re-encoding in both storage forms.
 func FuzzTensorCodec(f *testing.F) {
-	addSeeds(f, "../../shared/corpus/onnx-node/test_*/test_data_set_0/*.pb")
+	addSeeds(f, "onnx-node", "test_*", "test_data_set_0", "*.pb")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p := &onnxpb.TensorProto{}
 		if proto.Unmarshal(data, p) != nil {

@@ -1,7 +1,6 @@
 package onnx
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -159,8 +158,8 @@ func typeOfSlice(data any) (DataType, error) {
 	return Undefined, fmt.Errorf("unsupported element slice %T", data)
 }
 
-// goElems is how many Go slice elements a tensor of n elements needs per
-// storage unit; complex types use 2 float scalars per element in typed storage.
+// is4bit reports whether dt packs two elements into a byte, which no
+// element-wise codec can handle.
 func is4bit(dt DataType) bool { return dt == Int4 || dt == Uint4 }
 
 func isFloat8(dt DataType) bool {
@@ -226,101 +225,12 @@ func decodeRaw(t *Tensor, raw []byte, n int) error {
 	if len(raw) != want {
 		return fmt.Errorf("raw_data has %d bytes, %s%v needs %d", len(raw), dt, t.Dims, want)
 	}
-	le := binary.LittleEndian
-	switch dt {
-	case Float:
-		d := make([]float32, n)
-		for i := range d {
-			d[i] = math.Float32frombits(le.Uint32(raw[4*i:]))
-		}
-		t.Data = d
-	case Double:
-		d := make([]float64, n)
-		for i := range d {
-			d[i] = math.Float64frombits(le.Uint64(raw[8*i:]))
-		}
-		t.Data = d
-	case Float16:
-		d := make([]float16.Float16, n)
-		for i := range d {
-			d[i] = float16.Frombits(le.Uint16(raw[2*i:]))
-		}
-		t.Data = d
-	case BFloat16:
-		d := make([]BF16, n)
-		for i := range d {
-			d[i] = BF16(le.Uint16(raw[2*i:]))
-		}
-		t.Data = d
-	case Int8:
-		d := make([]int8, n)
-		for i := range d {
-			d[i] = int8(raw[i])
-		}
-		t.Data = d
-	case Uint8:
-		t.Data = clone(raw)
-	case Int16:
-		d := make([]int16, n)
-		for i := range d {
-			d[i] = int16(le.Uint16(raw[2*i:]))
-		}
-		t.Data = d
-	case Uint16:
-		d := make([]uint16, n)
-		for i := range d {
-			d[i] = le.Uint16(raw[2*i:])
-		}
-		t.Data = d
-	case Int32:
-		d := make([]int32, n)
-		for i := range d {
-			d[i] = int32(le.Uint32(raw[4*i:]))
-		}
-		t.Data = d
-	case Uint32:
-		d := make([]uint32, n)
-		for i := range d {
-			d[i] = le.Uint32(raw[4*i:])
-		}
-		t.Data = d
-	case Int64:
-		d := make([]int64, n)
-		for i := range d {
-			d[i] = int64(le.Uint64(raw[8*i:]))
-		}
-		t.Data = d
-	case Uint64:
-		d := make([]uint64, n)
-		for i := range d {
-			d[i] = le.Uint64(raw[8*i:])
-		}
-		t.Data = d
-	case Bool:
-		d := make([]bool, n)
-		for i := range d {
-			d[i] = raw[i] != 0
-		}
-		t.Data = d
-	case Complex64:
-		d := make([]complex64, n)
-		for i := range d {
-			d[i] = complex(math.Float32frombits(le.Uint32(raw[8*i:])), math.Float32frombits(le.Uint32(raw[8*i+4:])))
-		}
-		t.Data = d
-	case Complex128:
-		d := make([]complex128, n)
-		for i := range d {
-			d[i] = complex(math.Float64frombits(le.Uint64(raw[16*i:])), math.Float64frombits(le.Uint64(raw[16*i+8:])))
-		}
-		t.Data = d
-	case Int4, Uint4:
+	switch c, ok := codecs[dt]; {
+	case is4bit(dt):
 		t.Data = unpack4(raw, n, dt == Int4)
+	case ok:
+		t.Data = c.fromRaw(raw)
 	default:
-		if isFloat8(dt) {
-			t.Data = clone(raw)
-			return nil
-		}
 		return fmt.Errorf("element type %s is not supported", dt)
 	}
 	return nil
@@ -365,105 +275,45 @@ func countErr(field string, have int, t *Tensor, n int) error {
 	return fmt.Errorf("%s has %d values, %s%v needs %d", field, have, t.Type, t.Dims, n)
 }
 
+// decodeTyped reads the repeated field ONNX assigns to t's element type.
 func decodeTyped(t *Tensor, p *onnxpb.TensorProto, n int) error {
-	switch t.Type {
-	case Float:
-		if len(p.FloatData) != n {
-			return countErr("float_data", len(p.FloatData), t, n)
-		}
-		t.Data = clone(p.FloatData)
-	case Complex64:
-		if len(p.FloatData) != 2*n {
-			return countErr("float_data", len(p.FloatData), t, 2*n)
-		}
-		d := make([]complex64, n)
-		for i := range d {
-			d[i] = complex(p.FloatData[2*i], p.FloatData[2*i+1])
-		}
-		t.Data = d
-	case Double:
-		if len(p.DoubleData) != n {
-			return countErr("double_data", len(p.DoubleData), t, n)
-		}
-		t.Data = clone(p.DoubleData)
-	case Complex128:
-		if len(p.DoubleData) != 2*n {
-			return countErr("double_data", len(p.DoubleData), t, 2*n)
-		}
-		d := make([]complex128, n)
-		for i := range d {
-			d[i] = complex(p.DoubleData[2*i], p.DoubleData[2*i+1])
-		}
-		t.Data = d
-	case Int64:
-		if len(p.Int64Data) != n {
-			return countErr("int64_data", len(p.Int64Data), t, n)
-		}
-		t.Data = clone(p.Int64Data)
-	case Uint32, Uint64:
-		if len(p.Uint64Data) != n {
-			return countErr("uint64_data", len(p.Uint64Data), t, n)
-		}
-		if t.Type == Uint64 {
-			t.Data = clone(p.Uint64Data)
-			return nil
-		}
-		d := make([]uint32, n)
-		for i, v := range p.Uint64Data {
-			d[i] = uint32(v)
-		}
-		t.Data = d
-	case Int4, Uint4:
-		if len(p.Int32Data) != (n+1)/2 {
-			return countErr("int32_data", len(p.Int32Data), t, (n+1)/2)
-		}
-		packed := make([]byte, len(p.Int32Data))
-		for i, v := range p.Int32Data {
-			packed[i] = byte(v)
-		}
-		t.Data = unpack4(packed, n, t.Type == Int4)
-	case Int32, Int16, Int8, Uint16, Uint8, Bool, Float16, BFloat16:
-		if len(p.Int32Data) != n {
-			return countErr("int32_data", len(p.Int32Data), t, n)
-		}
-		src := p.Int32Data
-		switch t.Type {
-		case Int32:
-			t.Data = clone(src)
-		case Int16:
-			t.Data = convertInts(src, func(v int32) int16 { return int16(v) })
-		case Int8:
-			t.Data = convertInts(src, func(v int32) int8 { return int8(v) })
-		case Uint16:
-			t.Data = convertInts(src, func(v int32) uint16 { return uint16(v) })
-		case Uint8:
-			t.Data = convertInts(src, func(v int32) uint8 { return uint8(v) })
-		case Bool:
-			t.Data = convertInts(src, func(v int32) bool { return v != 0 })
-		case Float16:
-			t.Data = convertInts(src, func(v int32) float16.Float16 { return float16.Frombits(uint16(v)) })
-		case BFloat16:
-			t.Data = convertInts(src, func(v int32) BF16 { return BF16(uint16(v)) })
-		}
-	default:
-		if isFloat8(t.Type) {
-			if len(p.Int32Data) != n {
-				return countErr("int32_data", len(p.Int32Data), t, n)
-			}
-			t.Data = convertInts(p.Int32Data, func(v int32) uint8 { return uint8(v) })
-			return nil
-		}
-		return fmt.Errorf("element type %s is not supported", t.Type)
+	switch dt := t.Type; {
+	case dt == Float:
+		return typed(t, "float_data", p.FloatData, n, clone[float32])
+	case dt == Complex64:
+		return typed(t, "float_data", p.FloatData, 2*n, func(v []float32) []complex64 {
+			return complexes(v, func(re, im float32) complex64 { return complex(re, im) })
+		})
+	case dt == Double:
+		return typed(t, "double_data", p.DoubleData, n, clone[float64])
+	case dt == Complex128:
+		return typed(t, "double_data", p.DoubleData, 2*n, func(v []float64) []complex128 {
+			return complexes(v, func(re, im float64) complex128 { return complex(re, im) })
+		})
+	case dt == Int64:
+		return typed(t, "int64_data", p.Int64Data, n, clone[int64])
+	case dt == Uint64:
+		return typed(t, "uint64_data", p.Uint64Data, n, clone[uint64])
+	case dt == Uint32:
+		return typed(t, "uint64_data", p.Uint64Data, n, convert[uint32, uint64])
+	case is4bit(dt):
+		return typed(t, "int32_data", p.Int32Data, (n+1)/2, func(v []int32) any {
+			return unpack4(convert[byte](v), n, dt == Int4)
+		})
+	case codecs[dt].fromInt32 != nil:
+		return typed(t, "int32_data", p.Int32Data, n, codecs[dt].fromInt32)
 	}
-	return nil
+	return fmt.Errorf("element type %s is not supported", t.Type)
 }
 
-func convertInts[T any](src []int32, f func(int32) T) []T {
-	d := make([]T, len(src))
-	for i, v := range src {
-		d[i] = f(v)
+// typed stores conv(src) as t's data once src, the named typed field, is
+// known to hold the want values t's shape needs.
+func typed[S, D any](t *Tensor, field string, src []S, want int, conv func([]S) D) error {
+	if len(src) != want {
+		return countErr(field, len(src), t, want)
 	}
-	return d
+	t.Data = conv(src)
+	return nil
 }
 
 // clone copies a slice, returning an empty non-nil slice for empty input so

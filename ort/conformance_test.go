@@ -1,4 +1,4 @@
-package ort
+package ort_test
 
 import (
 	"context"
@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-ml/kiln/internal/ortest"
+	"github.com/kiln-ml/kiln/internal/testutil"
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/ort"
 )
 
 // unrunnable lists the conformance tests ONNX Runtime itself cannot run,
@@ -33,13 +36,13 @@ type nodeTest struct {
 
 func nodeTests(t testing.TB) []nodeTest {
 	t.Helper()
-	root := corpus(t, "onnx-node")
+	root := testutil.Corpus(t, "onnx-node")
 	var tests []nodeTest
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return err
 		}
-		if isFile(filepath.Join(p, "model.onnx")) && isDir(filepath.Join(p, "test_data_set_0")) {
+		if ort.IsFile(filepath.Join(p, "model.onnx")) && ort.IsDir(filepath.Join(p, "test_data_set_0")) {
 			rel, _ := filepath.Rel(root, p)
 			tests = append(tests, nodeTest{name: filepath.ToSlash(rel), dir: p})
 		}
@@ -59,17 +62,17 @@ func testData(t testing.TB, m *onnx.Model, dir string) (in, out map[string]*onnx
 	in, out = map[string]*onnx.Tensor{}, map[string]*onnx.Tensor{}
 	for i, v := range m.Inputs() {
 		p := filepath.Join(dir, "test_data_set_0", "input_"+strconv.Itoa(i)+".pb")
-		if !isFile(p) {
+		if !ort.IsFile(p) {
 			t.Fatalf("%s missing for input %q", p, v.Name)
 		}
-		in[v.Name] = readTensor(t, p)
+		in[v.Name] = ortest.ReadTensor(t, p)
 	}
 	for i, v := range m.Outputs() {
 		p := filepath.Join(dir, "test_data_set_0", "output_"+strconv.Itoa(i)+".pb")
-		if !isFile(p) {
+		if !ort.IsFile(p) {
 			t.Fatalf("%s missing for output %q", p, v.Name)
 		}
-		out[v.Name] = readTensor(t, p)
+		out[v.Name] = ortest.ReadTensor(t, p)
 	}
 	return in, out
 }
@@ -77,7 +80,7 @@ func testData(t testing.TB, m *onnx.Model, dir string) (in, out map[string]*onnx
 // TestConformance runs the ONNX backend node tests of the corpus through
 // ONNX Runtime and compares with ONNX's defaults, rtol 1e-3 and atol 1e-7.
 func TestConformance(t *testing.T) {
-	initORT(t)
+	ortest.Init(t)
 	tests := nodeTests(t)
 	if len(tests) == 0 {
 		t.Fatal("no tests found under onnx-node")
@@ -123,11 +126,11 @@ func TestConformance(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d conformance tests passed, %d failed, %d listed as unrunnable by ONNX Runtime %s",
-		passed, len(tests), failed, len(unrunnable), Version())
+		passed, len(tests), failed, len(unrunnable), ort.Version())
 }
 
 func runOnce(model []byte, in map[string]*onnx.Tensor) (map[string]*onnx.Tensor, error) {
-	s, err := NewSessionFromBytes(model, SessionOptions{IntraOpThreads: 1})
+	s, err := ort.NewSessionFromBytes(model, ort.SessionOptions{IntraOpThreads: 1})
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +145,7 @@ var runNames = []string{"allocated", "preallocated", "reused"}
 // Runtime allocating the outputs, then with the outputs pre-allocated from
 // the shapes of the first run, then into the memory of the second result.
 func runThrice(model []byte, in map[string]*onnx.Tensor) ([]map[string]*onnx.Tensor, error) {
-	s, err := NewSessionFromBytes(model, SessionOptions{IntraOpThreads: 1})
+	s, err := ort.NewSessionFromBytes(model, ort.SessionOptions{IntraOpThreads: 1})
 	if err != nil {
 		return nil, err
 	}
@@ -186,8 +189,8 @@ func compareAll(t *testing.T, got, want map[string]*onnx.Tensor, rtol, atol floa
 // TestLightModels runs the full-topology CNNs of models/onnx-light with the
 // upstream runner's input, x = arange(n).reshape(S)/n.
 func TestLightModels(t *testing.T) {
-	initORT(t)
-	dir := corpus(t, "models", "onnx-light")
+	ortest.Init(t)
+	dir := testutil.Corpus(t, "models", "onnx-light")
 	paths, err := filepath.Glob(filepath.Join(dir, "light_*.onnx"))
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no light_*.onnx in %s (%v)", dir, err)
@@ -207,9 +210,9 @@ func TestLightModels(t *testing.T) {
 			if len(ins) != 1 || ins[0].Type != onnx.Float {
 				t.Fatalf("inputs = %v, want one float32 input", ins)
 			}
-			x := arangeInput(ins[0])
-			want := readTensor(t, filepath.Join(dir, name+"_output_0.pb"))
-			s, err := NewSession(p, SessionOptions{})
+			x := ortest.ArangeInput(ins[0])
+			want := ortest.ReadTensor(t, filepath.Join(dir, name+"_output_0.pb"))
+			s, err := ort.NewSession(p, ort.SessionOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -224,20 +227,4 @@ func TestLightModels(t *testing.T) {
 			}
 		})
 	}
-}
-
-func arangeInput(v onnx.ValueInfo) *onnx.Tensor {
-	dims := make([]int64, len(v.Shape.Dims))
-	for i, d := range v.Shape.Dims {
-		dims[i] = 1
-		if d.Known {
-			dims[i] = d.Value
-		}
-	}
-	n, _ := onnx.NumElements(dims)
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(float64(i) / float64(n))
-	}
-	return &onnx.Tensor{Name: v.Name, Type: onnx.Float, Dims: dims, Data: x}
 }

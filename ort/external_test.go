@@ -1,4 +1,4 @@
-package ort
+package ort_test
 
 import (
 	"context"
@@ -6,14 +6,16 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/kiln-ml/kiln/internal/ortest"
 	"github.com/kiln-ml/kiln/internal/testmodels"
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/ort"
 )
 
 // A model whose weights kiln wrote to an external data file runs in ONNX
 // Runtime (which reads the file itself) exactly like the inline model.
 func TestExternalDataModelRuns(t *testing.T) {
-	initORT(t)
+	ortest.Init(t)
 	dir := t.TempDir()
 	m := &onnx.Model{Proto: testmodels.TinyNet(1)}
 	inline, ext := filepath.Join(dir, "inline.onnx"), filepath.Join(dir, "ext.onnx")
@@ -25,11 +27,11 @@ func TestExternalDataModelRuns(t *testing.T) {
 	}
 	var outs []map[string]*onnx.Tensor
 	for _, p := range []string{inline, ext} {
-		s, err := NewSession(p, SessionOptions{})
+		s, err := ort.NewSession(p, ort.SessionOptions{})
 		if err != nil {
 			t.Fatalf("NewSession(%s) = %v", filepath.Base(p), err)
 		}
-		in, err := SyntheticInputs(s.Inputs(), 2, 7)
+		in, err := ort.SyntheticInputs(s.Inputs(), 2, 7)
 		if err != nil {
 			t.Fatal(err)
 		}

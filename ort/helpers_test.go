@@ -1,60 +1,12 @@
-package ort
+package ort_test
 
 import (
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
-	"testing"
 
 	"github.com/kiln-ml/kiln/onnx"
-	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"github.com/x448/float16"
-	"google.golang.org/protobuf/proto"
 )
-
-// corpusDir is the shared corpus, relative to this package directory.
-const corpusDir = "../../shared/corpus"
-
-// initORT loads the library the Makefile's deps target provides; without it
-// the test fails, because `make test` runs `make deps` first.
-func initORT(t testing.TB) {
-	t.Helper()
-	lib, err := FindLibrary("", os.Getenv("KILN_ORT_LIB"), "..")
-	if err != nil {
-		t.Fatalf("ONNX Runtime library missing, run make deps: %v", err)
-	}
-	if err := Init(lib); err != nil {
-		t.Fatalf("Init(%s) = %v", lib, err)
-	}
-}
-
-// corpus returns the path of a corpus file, skipping the test when the
-// corpus is not checked out next to the repository.
-func corpus(t testing.TB, rel ...string) string {
-	t.Helper()
-	if _, err := os.Stat(corpusDir); err != nil {
-		t.Skipf("shared corpus not found at %s: %v", corpusDir, err)
-	}
-	return filepath.Join(append([]string{corpusDir}, rel...)...)
-}
-
-func readTensor(t testing.TB, path string) *onnx.Tensor {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &onnxpb.TensorProto{}
-	if err := proto.Unmarshal(b, p); err != nil {
-		t.Fatalf("parsing %s: %v", path, err)
-	}
-	tn, err := onnx.Decode(p)
-	if err != nil {
-		t.Fatalf("decoding %s: %v", path, err)
-	}
-	return tn
-}
 
 // closeTo compares got with want elementwise: |got-want| <= atol+rtol*|want|
 // for floating-point types (NaN matches NaN), exact equality otherwise.

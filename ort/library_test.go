@@ -1,4 +1,4 @@
-package ort
+package ort_test
 
 import (
 	"errors"
@@ -8,6 +8,10 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/kiln-ml/kiln/internal/ortest"
+	"github.com/kiln-ml/kiln/internal/testutil"
+	"github.com/kiln-ml/kiln/ort"
 )
 
 func touch(t *testing.T, path string) string {
@@ -63,14 +67,14 @@ func TestFindLibrary(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := findLibrary(tc.explicit, tc.env, tc.project, tc.sys)
+			got, err := ort.FindLibraryIn(tc.explicit, tc.env, tc.project, tc.sys)
 			if tc.wantTried == nil {
 				if err != nil || got != tc.want {
 					t.Fatalf("findLibrary = %q, %v, want %q", got, err, tc.want)
 				}
 				return
 			}
-			var nf *LibraryNotFoundError
+			var nf *ort.LibraryNotFoundError
 			if !errors.As(err, &nf) {
 				t.Fatalf("findLibrary = %q, %v, want *LibraryNotFoundError", got, err)
 			}
@@ -87,10 +91,10 @@ func TestFindLibrary(t *testing.T) {
 }
 
 func TestFindLibrarySystemDefaults(t *testing.T) {
-	_, err := FindLibrary("", "", "")
-	var nf *LibraryNotFoundError
+	_, err := ort.FindLibrary("", "", "")
+	var nf *ort.LibraryNotFoundError
 	if errors.As(err, &nf) {
-		for _, d := range systemDirs {
+		for _, d := range ort.SystemDirs {
 			if !strings.Contains(err.Error(), filepath.Join(d, "libonnxruntime.so")) {
 				t.Errorf("error %q does not list %s", err, d)
 			}
@@ -99,11 +103,11 @@ func TestFindLibrarySystemDefaults(t *testing.T) {
 }
 
 func TestInitIdempotent(t *testing.T) {
-	initORT(t)
-	lib, _ := FindLibrary("", os.Getenv("KILN_ORT_LIB"), "..")
+	ortest.Init(t)
+	lib, _ := ort.FindLibrary("", os.Getenv("KILN_ORT_LIB"), testutil.RepoRoot(t))
 	done := make(chan error, 4)
 	for range 4 {
-		go func() { done <- Init(lib) }()
+		go func() { done <- ort.Init(lib) }()
 	}
 	for range 4 {
 		if err := <-done; err != nil {
@@ -111,10 +115,10 @@ func TestInitIdempotent(t *testing.T) {
 		}
 	}
 	other := touch(t, filepath.Join(t.TempDir(), "libonnxruntime.so.1"))
-	if err := Init(other); err == nil || !strings.Contains(err.Error(), "already initialized") {
+	if err := ort.Init(other); err == nil || !strings.Contains(err.Error(), "already initialized") {
 		t.Errorf("Init(other library) = %v, want already-initialized error", err)
 	}
-	if v := Version(); !strings.HasPrefix(v, "1.") {
+	if v := ort.Version(); !strings.HasPrefix(v, "1.") {
 		t.Errorf("Version() = %q, want 1.x", v)
 	}
 }
@@ -124,12 +128,12 @@ func TestInitIdempotent(t *testing.T) {
 func TestInitBadLibrary(t *testing.T) {
 	if os.Getenv("KILN_ORT_TEST_CHILD") == "bad-library" {
 		bad := touch(t, filepath.Join(t.TempDir(), "libonnxruntime.so.1"))
-		err := Init(bad)
-		var ie *InitError
-		if !errors.As(err, &ie) || ie.Path != bad || !strings.Contains(err.Error(), ">= "+MinVersion) {
-			t.Fatalf("Init(%s) = %v, want *InitError naming the path and %s", bad, err, MinVersion)
+		err := ort.Init(bad)
+		var ie *ort.InitError
+		if !errors.As(err, &ie) || ie.Path != bad || !strings.Contains(err.Error(), ">= "+ort.MinVersion) {
+			t.Fatalf("Init(%s) = %v, want *InitError naming the path and %s", bad, err, ort.MinVersion)
 		}
-		if Initialized() || Version() != "" {
+		if ort.Initialized() || ort.Version() != "" {
 			t.Fatal("failed Init left the environment initialized")
 		}
 		return

@@ -1,28 +1,30 @@
-package ort
+package ort_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/kiln-ml/kiln/internal/ortest"
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/ort"
 )
 
 func TestSessionOptionsValidate(t *testing.T) {
 	tests := []struct {
 		name string
-		opts SessionOptions
+		opts ort.SessionOptions
 		want string // "" for valid
 	}{
-		{"zero value", SessionOptions{}, ""},
-		{"cuda on device 1", SessionOptions{Provider: ProviderCUDA, DeviceID: 1, OptLevel: OptBasic}, ""},
-		{"tensorrt", SessionOptions{Provider: ProviderTensorRT, IntraOpThreads: 4, InterOpThreads: 2}, ""},
-		{"negative intra", SessionOptions{IntraOpThreads: -1}, "intra-op threads -1"},
-		{"negative inter", SessionOptions{InterOpThreads: -2}, "inter-op threads -2"},
-		{"bad level", SessionOptions{OptLevel: OptLevel(7)}, "optimization level 7"},
-		{"bad provider", SessionOptions{Provider: "rocm"}, `provider "rocm"`},
-		{"device for cpu", SessionOptions{DeviceID: 1}, "device ID 1 given for the cpu provider"},
-		{"negative device", SessionOptions{Provider: ProviderCUDA, DeviceID: -1}, "device ID -1"},
+		{"zero value", ort.SessionOptions{}, ""},
+		{"cuda on device 1", ort.SessionOptions{Provider: ort.ProviderCUDA, DeviceID: 1, OptLevel: ort.OptBasic}, ""},
+		{"tensorrt", ort.SessionOptions{Provider: ort.ProviderTensorRT, IntraOpThreads: 4, InterOpThreads: 2}, ""},
+		{"negative intra", ort.SessionOptions{IntraOpThreads: -1}, "intra-op threads -1"},
+		{"negative inter", ort.SessionOptions{InterOpThreads: -2}, "inter-op threads -2"},
+		{"bad level", ort.SessionOptions{OptLevel: ort.OptLevel(7)}, "optimization level 7"},
+		{"bad provider", ort.SessionOptions{Provider: "rocm"}, `provider "rocm"`},
+		{"device for cpu", ort.SessionOptions{DeviceID: 1}, "device ID 1 given for the cpu provider"},
+		{"negative device", ort.SessionOptions{Provider: ort.ProviderCUDA, DeviceID: -1}, "device ID -1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,32 +40,32 @@ func TestSessionOptionsValidate(t *testing.T) {
 }
 
 func TestParseOptLevel(t *testing.T) {
-	for in, want := range map[string]OptLevel{"all": OptAll, "99": OptAll, "disabled": OptDisabled, "0": OptDisabled,
-		"Basic": OptBasic, "extended": OptExtended} {
-		if got, err := ParseOptLevel(in); err != nil || got != want {
+	for in, want := range map[string]ort.OptLevel{"all": ort.OptAll, "99": ort.OptAll, "disabled": ort.OptDisabled, "0": ort.OptDisabled,
+		"Basic": ort.OptBasic, "extended": ort.OptExtended} {
+		if got, err := ort.ParseOptLevel(in); err != nil || got != want {
 			t.Errorf("ParseOptLevel(%q) = %v, %v, want %v", in, got, err, want)
 		}
-		if got, _ := ParseOptLevel(want.String()); got != want {
+		if got, _ := ort.ParseOptLevel(want.String()); got != want {
 			t.Errorf("ParseOptLevel(%v.String()) = %v", want, got)
 		}
 	}
-	if _, err := ParseOptLevel("max"); err == nil {
+	if _, err := ort.ParseOptLevel("max"); err == nil {
 		t.Error(`ParseOptLevel("max") succeeded`)
 	}
 }
 
 // TestProviderUnavailable asks the CPU-only library for GPU providers.
 func TestProviderUnavailable(t *testing.T) {
-	initORT(t)
+	ortest.Init(t)
 	model := identityModel(t, "Identity", onnx.Float, onnx.Float, static2x3)
-	for _, p := range []Provider{ProviderCUDA, ProviderTensorRT} {
+	for _, p := range []ort.Provider{ort.ProviderCUDA, ort.ProviderTensorRT} {
 		t.Run(string(p), func(t *testing.T) {
-			s, err := NewSessionFromBytes(model, SessionOptions{Provider: p})
+			s, err := ort.NewSessionFromBytes(model, ort.SessionOptions{Provider: p})
 			if err == nil {
 				s.Close()
 				t.Skipf("this ONNX Runtime library has the %s provider", p)
 			}
-			var pe *ProviderUnavailableError
+			var pe *ort.ProviderUnavailableError
 			if !errors.As(err, &pe) || pe.Provider != p {
 				t.Fatalf("NewSessionFromBytes(%s) = %v, want *ProviderUnavailableError", p, err)
 			}

@@ -1,4 +1,4 @@
-package ort
+package ort_test
 
 import (
 	"context"
@@ -8,8 +8,10 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/kiln-ml/kiln/internal/ortest"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
+	"github.com/kiln-ml/kiln/ort"
 	"github.com/x448/float16"
 	"google.golang.org/protobuf/proto"
 )
@@ -56,28 +58,58 @@ func floats(name string, dims []int64, v ...float32) *onnx.Tensor {
 	return &onnx.Tensor{Name: name, Type: onnx.Float, Dims: dims, Data: v}
 }
 
-// known returns what the session has learnt of its outputs for inputs.
-func known(s *Session, inputs map[string]*onnx.Tensor) []outShape {
-	return s.shapes.get(s.shapeKey(inputs))
-}
-
 // TestOutputShapeCache: outputs are pre-allocated once a run has shown
 // their shapes for the given input shapes, per combination of input
 // shapes (a dynamic batch that changes), and RunReuse writes into the
 // memory it is given back, also when a smaller batch follows a larger one.
+// The steps share one session and run in order; one that stops (t.Fatal)
+// stops the rest, which would build on what it did not do.
 func TestOutputShapeCache(t *testing.T) {
-	initORT(t)
-	// y = Relu(x) and z = x + x: two outputs of a dynamic batch, one of
-	// them an output no model shape records (z has no type or shape).
+	ortest.Init(t)
+	c := newCacheRuns(t)
+	steps := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"first run", c.firstRun},
+		{"pre-allocated run", c.preallocatedRun},
+		{"reusing run", c.reusingRun},
+		{"new batch size", c.newBatchSize},
+		{"smaller batch into larger memory", c.smallerBatch},
+		{"wrong element type", c.wrongType},
+	}
+	for _, step := range steps {
+		finished := false
+		t.Run(step.name, func(t *testing.T) {
+			step.run(t)
+			finished = true
+		})
+		if !finished {
+			return
+		}
+	}
+}
+
+// cacheRuns is what the steps of TestOutputShapeCache share: a session of
+// y = Relu(x) and z = x + x, two outputs of a dynamic batch, one of them an
+// output no model shape records (z has no type or shape).
+type cacheRuns struct {
+	s        *ort.Session
+	ctx      context.Context
+	in4, in2 map[string]*onnx.Tensor
+	want     []ort.OutShape          // known for [4,3] after a run with it
+	last     map[string]*onnx.Tensor // the previous step's result
+}
+
+func newCacheRuns(t *testing.T) *cacheRuns {
 	nodes := []*onnxpb.NodeProto{node("Relu", []string{"x"}, "y"), node("Add", []string{"x", "x"}, "z")}
-	s, err := NewSessionFromBytes(graphModel(t, nodes,
+	s, err := ort.NewSessionFromBytes(graphModel(t, nodes,
 		[]*onnxpb.ValueInfoProto{onnx.TensorType("x", onnx.Float, dynNx3)},
-		[]*onnxpb.ValueInfoProto{onnx.TensorType("y", onnx.Float, dynNx3), {Name: ptr("z")}}), SessionOptions{})
+		[]*onnxpb.ValueInfoProto{onnx.TensorType("y", onnx.Float, dynNx3), {Name: ptr("z")}}), ort.SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	ctx := context.Background()
+	t.Cleanup(func() { s.Close() })
 	batch := func(n int) map[string]*onnx.Tensor {
 		v := make([]float32, 3*n)
 		for i := range v {
@@ -85,92 +117,99 @@ func TestOutputShapeCache(t *testing.T) {
 		}
 		return map[string]*onnx.Tensor{"x": floats("x", []int64{int64(n), 3}, v...)}
 	}
-	check := func(what string, in, got map[string]*onnx.Tensor) {
-		t.Helper()
-		x := in["x"].Data.([]float32)
-		y, z := got["y"], got["z"]
-		if y == nil || z == nil {
-			t.Fatalf("%s: outputs %v, want y and z", what, got)
-		}
-		for _, o := range []*onnx.Tensor{y, z} {
-			if !slices.Equal(o.Dims, in["x"].Dims) || o.Type != onnx.Float || o.Len() != len(x) {
-				t.Fatalf("%s: output %s is %s %v with %d elements, want float32 %v", what, o.Name, o.Type, o.Dims, o.Len(), in["x"].Dims)
-			}
-		}
-		for i, v := range x {
-			if y.Data.([]float32)[i] != max(v, 0) || z.Data.([]float32)[i] != v+v {
-				t.Fatalf("%s: element %d: y = %v, z = %v for x = %v", what, i, y.Data.([]float32)[i], z.Data.([]float32)[i], v)
-			}
+	return &cacheRuns{s: s, ctx: context.Background(), in4: batch(4), in2: batch(2),
+		want: []ort.OutShape{ort.FixedShape(onnx.Float, 4, 3), ort.FixedShape(onnx.Float, 4, 3)}}
+}
+
+// exec runs the session over in: Run, or RunReuse when given old.
+func (c *cacheRuns) exec(t *testing.T, in, old map[string]*onnx.Tensor) map[string]*onnx.Tensor {
+	t.Helper()
+	var got map[string]*onnx.Tensor
+	var err error
+	if old == nil {
+		got, err = c.s.Run(c.ctx, in, nil)
+	} else {
+		got, err = c.s.RunReuse(c.ctx, in, nil, old)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// run is exec checking the result.
+func (c *cacheRuns) run(t *testing.T, what string, in, old map[string]*onnx.Tensor) map[string]*onnx.Tensor {
+	t.Helper()
+	got := c.exec(t, in, old)
+	x := in["x"].Data.([]float32)
+	y, z := got["y"], got["z"]
+	if y == nil || z == nil {
+		t.Fatalf("%s: outputs %v, want y and z", what, got)
+	}
+	for _, o := range []*onnx.Tensor{y, z} {
+		if !slices.Equal(o.Dims, in["x"].Dims) || o.Type != onnx.Float || o.Len() != len(x) {
+			t.Fatalf("%s: output %s is %s %v with %d elements, want float32 %v", what, o.Name, o.Type, o.Dims, o.Len(), in["x"].Dims)
 		}
 	}
+	for i, v := range x {
+		if y.Data.([]float32)[i] != max(v, 0) || z.Data.([]float32)[i] != v+v {
+			t.Fatalf("%s: element %d: y = %v, z = %v for x = %v", what, i, y.Data.([]float32)[i], z.Data.([]float32)[i], v)
+		}
+	}
+	return got
+}
 
-	in4 := batch(4)
-	if k := known(s, in4); k != nil {
+func (c *cacheRuns) firstRun(t *testing.T) {
+	if k := ort.Known(c.s, c.in4); k != nil {
 		t.Fatalf("before any run: known = %+v, want nothing", k)
 	}
-	first, err := s.Run(ctx, in4, nil)
-	if err != nil {
-		t.Fatal(err)
+	c.run(t, "first run", c.in4, nil)
+	if k := ort.Known(c.s, c.in4); !reflect.DeepEqual(k, c.want) {
+		t.Fatalf("after a run with [4,3]: known = %+v, want %+v", k, c.want)
 	}
-	check("first run", in4, first)
-	want := []outShape{{shapeFixed, onnx.Float, []int64{4, 3}}, {shapeFixed, onnx.Float, []int64{4, 3}}}
-	if k := known(s, in4); !reflect.DeepEqual(k, want) {
-		t.Fatalf("after a run with [4,3]: known = %+v, want %+v", k, want)
-	}
-	second, err := s.Run(ctx, in4, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("pre-allocated run", in4, second)
+}
 
-	// Reuse: the result lives in the memory given back.
-	y, z := dataPtr(second["y"]), dataPtr(second["z"])
-	third, err := s.RunReuse(ctx, in4, nil, second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("reusing run", in4, third)
+func (c *cacheRuns) preallocatedRun(t *testing.T) {
+	c.last = c.run(t, "pre-allocated run", c.in4, nil)
+}
+
+// reusingRun: the result lives in the memory given back.
+func (c *cacheRuns) reusingRun(t *testing.T) {
+	y, z := dataPtr(c.last["y"]), dataPtr(c.last["z"])
+	third := c.run(t, "reusing run", c.in4, c.last)
 	if dataPtr(third["y"]) != y || dataPtr(third["z"]) != z {
 		t.Errorf("RunReuse wrote into new memory, want the memory of the tensors given back")
 	}
+	c.last = third
+}
 
-	// A new batch size is a new key; the memory of a batch of 4 holds a
-	// batch of 2 once its shapes are known.
-	in2 := batch(2)
-	r2, err := s.RunReuse(ctx, in2, nil, third)
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("first run with [2,3]", in2, r2)
-	if k := known(s, in2); len(k) != 2 || !slices.Equal(k[0].dims, []int64{2, 3}) {
+// newBatchSize: a new batch size is a new key; the memory of a batch of 4
+// holds a batch of 2 once its shapes are known.
+func (c *cacheRuns) newBatchSize(t *testing.T) {
+	c.run(t, "first run with [2,3]", c.in2, c.last)
+	if k := ort.Known(c.s, c.in2); len(k) != 2 || !slices.Equal(k[0].Dims(), []int64{2, 3}) {
 		t.Fatalf("after a run with [2,3]: known = %+v", k)
 	}
-	if k := known(s, in4); !reflect.DeepEqual(k, want) {
+	if k := ort.Known(c.s, c.in4); !reflect.DeepEqual(k, c.want) {
 		t.Errorf("the run with [2,3] changed what is known for [4,3]: %+v", k)
 	}
-	big, err := s.Run(ctx, in4, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	y = dataPtr(big["y"])
-	small, err := s.RunReuse(ctx, in2, nil, big)
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("run with [2,3] into the memory of [4,3]", in2, small)
+}
+
+func (c *cacheRuns) smallerBatch(t *testing.T) {
+	big := c.exec(t, c.in4, nil)
+	y := dataPtr(big["y"])
+	small := c.run(t, "run with [2,3] into the memory of [4,3]", c.in2, big)
 	if dataPtr(small["y"]) != y {
 		t.Errorf("a batch of 2 did not reuse the memory of a batch of 4")
 	}
 	// And back: memory too small for a batch of 4 is not used.
-	again, err := s.RunReuse(ctx, in4, nil, small)
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("run with [4,3] after [2,3]", in4, again)
+	c.run(t, "run with [4,3] after [2,3]", c.in4, small)
+}
 
-	// Given-back tensors of the wrong element type are not used either.
+// wrongType: given-back tensors of the wrong element type are not used.
+func (c *cacheRuns) wrongType(t *testing.T) {
 	wrong := map[string]*onnx.Tensor{"y": {Name: "y", Type: onnx.Int32, Dims: []int64{4, 3}, Data: make([]int32, 12)}}
-	r, err := s.RunReuse(ctx, in4, []string{"y"}, wrong)
+	r, err := c.s.RunReuse(c.ctx, c.in4, []string{"y"}, wrong)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,12 +223,12 @@ func TestOutputShapeCache(t *testing.T) {
 // returns the right result, and the output is left to ONNX Runtime from then
 // on, while the other output stays pre-allocated.
 func TestOutputShapeCacheStale(t *testing.T) {
-	initORT(t)
+	ortest.Init(t)
 	shape1 := onnx.Shape{Ranked: true, Dims: []onnx.Dim{{Value: 2, Known: true}}}
 	nodes := []*onnxpb.NodeProto{node("ConstantOfShape", []string{"shape"}, "y"), node("Neg", []string{"shape"}, "n")}
-	s, err := NewSessionFromBytes(graphModel(t, nodes,
+	s, err := ort.NewSessionFromBytes(graphModel(t, nodes,
 		[]*onnxpb.ValueInfoProto{onnx.TensorType("shape", onnx.Int64, shape1)},
-		[]*onnxpb.ValueInfoProto{onnx.TensorType("y", onnx.Float, onnx.Shape{Ranked: true, Dims: []onnx.Dim{{}, {}}}), onnx.TensorType("n", onnx.Int64, shape1)}), SessionOptions{})
+		[]*onnxpb.ValueInfoProto{onnx.TensorType("y", onnx.Float, onnx.Shape{Ranked: true, Dims: []onnx.Dim{{}, {}}}), onnx.TensorType("n", onnx.Int64, shape1)}), ort.SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,8 +255,8 @@ func TestOutputShapeCacheStale(t *testing.T) {
 		}
 		last = got
 	}
-	k := known(s, map[string]*onnx.Tensor{"shape": {Dims: []int64{2}}})
-	if len(k) != 2 || k[0].state != shapeVaries || k[1].state != shapeFixed {
+	k := ort.Known(s, map[string]*onnx.Tensor{"shape": {Dims: []int64{2}}})
+	if len(k) != 2 || k[0].State() != ort.ShapeVaries || k[1].State() != ort.ShapeFixed {
 		t.Errorf("known = %+v, want y varying and n fixed", k)
 	}
 }
@@ -225,8 +264,8 @@ func TestOutputShapeCacheStale(t *testing.T) {
 // TestRunReuseHalf: a float16 output of dynamic shape is fetched through a
 // float32 cast and narrowed into the memory given back.
 func TestRunReuseHalf(t *testing.T) {
-	initORT(t)
-	s, err := NewSessionFromBytes(identityModel(t, "Cast", onnx.Float, onnx.Float16, dynNx3, castTo(onnx.Float16)), SessionOptions{})
+	ortest.Init(t)
+	s, err := ort.NewSessionFromBytes(identityModel(t, "Cast", onnx.Float, onnx.Float16, dynNx3, castTo(onnx.Float16)), ort.SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,8 +292,8 @@ func TestRunReuseHalf(t *testing.T) {
 // TestRunReuseAllocates: once the shapes are known, a loop that gives each
 // result back allocates a small fraction of the outputs' size per run.
 func TestRunReuseAllocates(t *testing.T) {
-	initORT(t)
-	s, err := NewSessionFromBytes(identityModel(t, "Relu", onnx.Float, onnx.Float, dynNx3), SessionOptions{IntraOpThreads: 1})
+	ortest.Init(t)
+	s, err := ort.NewSessionFromBytes(identityModel(t, "Relu", onnx.Float, onnx.Float, dynNx3), ort.SessionOptions{IntraOpThreads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +337,7 @@ func ptr[T any](v T) *T { return &v }
 // used to panic destroying a nil value the binding left behind. Declaring
 // the output's rank makes the model run.
 func TestUntypedScalarOutput(t *testing.T) {
-	initORT(t)
+	ortest.Init(t)
 	name, kd := "keepdims", int64(0)
 	reduce := node("ReduceMax", []string{"x"}, "m")
 	reduce.Attribute = []*onnxpb.AttributeProto{{Name: &name, Type: onnxpb.AttributeProto_INT.Enum(), I: &kd}}
@@ -308,7 +347,7 @@ func TestUntypedScalarOutput(t *testing.T) {
 	for _, out := range []*onnxpb.ValueInfoProto{{Name: &untyped}, onnx.TensorType("m", onnx.Float, onnx.Shape{Ranked: true})} {
 		model := graphModel(t, []*onnxpb.NodeProto{reduce},
 			[]*onnxpb.ValueInfoProto{onnx.TensorType("x", onnx.Float, shape23)}, []*onnxpb.ValueInfoProto{out})
-		s, err := NewSessionFromBytes(model, SessionOptions{})
+		s, err := ort.NewSessionFromBytes(model, ort.SessionOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,7 +373,7 @@ func TestUntypedScalarOutput(t *testing.T) {
 // pre-allocated buffer: the session must not pre-allocate it, or every run
 // after the first returns the memory it was given back (stale values).
 func TestRunReusePassthrough(t *testing.T) {
-	initORT(t)
+	ortest.Init(t)
 	dyn := onnx.Shape{Ranked: true, Dims: []onnx.Dim{{Param: "N"}, {Value: 3, Known: true}}}
 	c3 := onnx.Shape{Ranked: true, Dims: []onnx.Dim{{Value: 3, Known: true}}}
 	model := graphModel(t, []*onnxpb.NodeProto{node("Relu", []string{"x"}, "y")},
@@ -353,7 +392,7 @@ func TestRunReusePassthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewSessionFromBytes(data, SessionOptions{})
+	s, err := ort.NewSessionFromBytes(data, ort.SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package ort
+package ort_test
 
 import (
 	"bytes"
@@ -9,13 +9,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-ml/kiln/internal/ortest"
+	"github.com/kiln-ml/kiln/internal/testutil"
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/ort"
 )
 
 // TestRoundTrip checks that every ONNX file of the corpus survives
 // Load → Marshal → Parse → Marshal byte for byte.
 func TestRoundTrip(t *testing.T) {
-	root := corpus(t)
+	root := testutil.Corpus(t)
 	var paths []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".onnx") {
@@ -59,7 +62,7 @@ func TestRoundTrip(t *testing.T) {
 // TestRoundTripRuns checks that the re-marshalled conformance models give
 // ONNX Runtime bit-identical outputs to the original files.
 func TestRoundTripRuns(t *testing.T) {
-	initORT(t)
+	ortest.Init(t)
 	for _, tc := range nodeTests(t) {
 		if _, listed := unrunnable[tc.name]; listed {
 			continue
@@ -99,9 +102,9 @@ func TestRoundTripRuns(t *testing.T) {
 // TestNewSessionFromFile opens a corpus model by path, which lets ONNX
 // Runtime read the file itself.
 func TestNewSessionFromFile(t *testing.T) {
-	initORT(t)
-	dir := corpus(t, "onnx-node", "test_cast_FLOAT_to_FLOAT16")
-	s, err := NewSession(filepath.Join(dir, "model.onnx"), SessionOptions{OptLevel: OptDisabled})
+	ortest.Init(t)
+	dir := testutil.Corpus(t, "onnx-node", "test_cast_FLOAT_to_FLOAT16")
+	s, err := ort.NewSession(filepath.Join(dir, "model.onnx"), ort.SessionOptions{OptLevel: ort.OptDisabled})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +123,7 @@ func TestNewSessionFromFile(t *testing.T) {
 			t.Errorf("output %q = %v, want %v", name, got[name].Data, w.Data)
 		}
 	}
-	if _, err := NewSession(filepath.Join(dir, "missing.onnx"), SessionOptions{}); err == nil || !strings.Contains(err.Error(), "missing.onnx") {
+	if _, err := ort.NewSession(filepath.Join(dir, "missing.onnx"), ort.SessionOptions{}); err == nil || !strings.Contains(err.Error(), "missing.onnx") {
 		t.Errorf("NewSession(missing file) = %v, want error naming the file", err)
 	}
 }

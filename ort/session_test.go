@@ -1,4 +1,4 @@
-package ort
+package ort_test
 
 import (
 	"context"
@@ -9,8 +9,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kiln-ml/kiln/internal/ortest"
+	"github.com/kiln-ml/kiln/internal/testutil"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/onnx/onnxpb"
+	"github.com/kiln-ml/kiln/ort"
 	"github.com/x448/float16"
 )
 
@@ -93,7 +96,7 @@ func first(dt onnx.DataType) any {
 // TestElementTypes passes every supported element type through Identity
 // with a static shape, a dynamic dimension and rank 0.
 func TestElementTypes(t *testing.T) {
-	initORT(t)
+	ortest.Init(t)
 	types := []onnx.DataType{onnx.Float, onnx.Double, onnx.Float16, onnx.BFloat16, onnx.Int8, onnx.Int16,
 		onnx.Int32, onnx.Int64, onnx.Uint8, onnx.Uint16, onnx.Uint32, onnx.Uint64, onnx.Bool, onnx.String}
 	for _, dt := range types {
@@ -103,7 +106,7 @@ func TestElementTypes(t *testing.T) {
 			dims  []int64
 		}{{"static", static2x3, []int64{2, 3}}, {"dynamic", dynNx3, []int64{2, 3}}, {"scalar", scalar, []int64{}}} {
 			t.Run(dt.String()+"/"+sh.name, func(t *testing.T) {
-				s, err := NewSessionFromBytes(identityModel(t, "Identity", dt, dt, sh.shape), SessionOptions{})
+				s, err := ort.NewSessionFromBytes(identityModel(t, "Identity", dt, dt, sh.shape), ort.SessionOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -117,7 +120,7 @@ func TestElementTypes(t *testing.T) {
 				halfOrString := dt == onnx.Float16 || dt == onnx.BFloat16 || dt == onnx.String
 				if len(sh.dims) == 0 && halfOrString {
 					// The binding builds rank-0 tensors only for its numeric types.
-					if !errors.Is(err, errScalarCustom) || !strings.Contains(err.Error(), `input "x"`) {
+					if !errors.Is(err, ort.ErrScalarCustom) || !strings.Contains(err.Error(), `input "x"`) {
 						t.Fatalf("Run(rank-0 %s) = %v, want error naming input x", dt, err)
 					}
 					return
@@ -138,7 +141,7 @@ func TestElementTypes(t *testing.T) {
 // ONNX Runtime allocates: static shapes are pre-allocated, dynamic and
 // rank-0 ones go through a float32 cast.
 func TestHalfOutputs(t *testing.T) {
-	initORT(t)
+	ortest.Init(t)
 	in := []float32{1, -2.5, 65504, 1e-7, 3.14159, -0.0}
 	for _, dt := range []onnx.DataType{onnx.Float16, onnx.BFloat16} {
 		for _, sh := range []struct {
@@ -147,7 +150,7 @@ func TestHalfOutputs(t *testing.T) {
 			dims  []int64
 		}{{"static", static2x3, []int64{2, 3}}, {"dynamic", dynNx3, []int64{2, 3}}, {"scalar", scalar, []int64{}}} {
 			t.Run(dt.String()+"/"+sh.name, func(t *testing.T) {
-				s, err := NewSessionFromBytes(identityModel(t, "Cast", onnx.Float, dt, sh.shape, castTo(dt)), SessionOptions{})
+				s, err := ort.NewSessionFromBytes(identityModel(t, "Cast", onnx.Float, dt, sh.shape, castTo(dt)), ort.SessionOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -189,8 +192,8 @@ func TestHalfOutputs(t *testing.T) {
 // TestCastFloat16Dynamic runs the corpus test_cast_FLOAT_to_FLOAT16 with its
 // batch dimension made dynamic, so its float16 output cannot be pre-allocated.
 func TestCastFloat16Dynamic(t *testing.T) {
-	initORT(t)
-	dir := corpus(t, "onnx-node", "test_cast_FLOAT_to_FLOAT16")
+	ortest.Init(t)
+	dir := testutil.Corpus(t, "onnx-node", "test_cast_FLOAT_to_FLOAT16")
 	m, err := onnx.Load(filepath.Join(dir, "model.onnx"))
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +209,7 @@ func TestCastFloat16Dynamic(t *testing.T) {
 		t.Fatal(err)
 	}
 	optimized := filepath.Join(t.TempDir(), "optimized.onnx")
-	s, err := NewSessionFromBytes(data, SessionOptions{OptLevel: OptBasic, OptimizedModelPath: optimized})
+	s, err := ort.NewSessionFromBytes(data, ort.SessionOptions{OptLevel: ort.OptBasic, OptimizedModelPath: optimized})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,8 +239,8 @@ func TestCastFloat16Dynamic(t *testing.T) {
 }
 
 func TestRunErrors(t *testing.T) {
-	initORT(t)
-	s, err := NewSessionFromBytes(identityModel(t, "Identity", onnx.Float, onnx.Float, dynNx3), SessionOptions{})
+	ortest.Init(t)
+	s, err := ort.NewSessionFromBytes(identityModel(t, "Identity", onnx.Float, onnx.Float, dynNx3), ort.SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +291,7 @@ func TestRunErrors(t *testing.T) {
 		t.Errorf("Run(cancelled) = %v, want context.Canceled", err)
 	}
 	s.Close()
-	if _, err := s.Run(context.Background(), map[string]*onnx.Tensor{"x": ok}, nil); !errors.Is(err, ErrClosed) {
+	if _, err := s.Run(context.Background(), map[string]*onnx.Tensor{"x": ok}, nil); !errors.Is(err, ort.ErrClosed) {
 		t.Errorf("Run after Close = %v, want ErrClosed", err)
 	}
 	if err := s.Close(); err != nil {
@@ -297,13 +300,13 @@ func TestRunErrors(t *testing.T) {
 }
 
 func TestSessionInfo(t *testing.T) {
-	initORT(t)
-	s, err := NewSessionFromBytes(identityModel(t, "Identity", onnx.Int64, onnx.Int64, dynNx3), SessionOptions{})
+	ortest.Init(t)
+	s, err := ort.NewSessionFromBytes(identityModel(t, "Identity", onnx.Int64, onnx.Int64, dynNx3), ort.SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	want := []IOInfo{{Name: "x", Kind: "tensor", Type: onnx.Int64, Ranked: true, Dims: []int64{-1, 3}, Params: []string{"N", ""}}}
+	want := []ort.IOInfo{{Name: "x", Kind: "tensor", Type: onnx.Int64, Ranked: true, Dims: []int64{-1, 3}, Params: []string{"N", ""}}}
 	if got := s.Inputs(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Inputs() = %+v, want %+v", got, want)
 	}
@@ -315,17 +318,17 @@ func TestSessionInfo(t *testing.T) {
 
 // TestConcurrentRun shares one session between goroutines.
 func TestConcurrentRun(t *testing.T) {
-	initORT(t)
-	s, err := NewSession(corpus(t, "onnx-node", "pytorch-converted", "test_Conv2d", "model.onnx"), SessionOptions{IntraOpThreads: 1})
+	ortest.Init(t)
+	s, err := ort.NewSession(testutil.Corpus(t, "onnx-node", "pytorch-converted", "test_Conv2d", "model.onnx"), ort.SessionOptions{IntraOpThreads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	m, err := onnx.Load(corpus(t, "onnx-node", "pytorch-converted", "test_Conv2d", "model.onnx"))
+	m, err := onnx.Load(testutil.Corpus(t, "onnx-node", "pytorch-converted", "test_Conv2d", "model.onnx"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, want := testData(t, m, corpus(t, "onnx-node", "pytorch-converted", "test_Conv2d"))
+	in, want := testData(t, m, testutil.Corpus(t, "onnx-node", "pytorch-converted", "test_Conv2d"))
 	var wg sync.WaitGroup
 	errs := make(chan string, 8)
 	for range 4 {
@@ -354,14 +357,14 @@ func TestConcurrentRun(t *testing.T) {
 
 // BenchmarkRun times one inference of a small convolution.
 func BenchmarkRun(b *testing.B) {
-	initORT(b)
-	dir := corpus(b, "onnx-node", "pytorch-converted", "test_Conv2d")
+	ortest.Init(b)
+	dir := testutil.Corpus(b, "onnx-node", "pytorch-converted", "test_Conv2d")
 	m, err := onnx.Load(filepath.Join(dir, "model.onnx"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	in, _ := testData(b, m, dir)
-	s, err := NewSession(filepath.Join(dir, "model.onnx"), SessionOptions{IntraOpThreads: 1})
+	s, err := ort.NewSession(filepath.Join(dir, "model.onnx"), ort.SessionOptions{IntraOpThreads: 1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -26,17 +26,7 @@ func SyntheticInputs(infos []IOInfo, batch int, seed uint64) (map[string]*onnx.T
 		if !in.Ranked {
 			return nil, fmt.Errorf("input %q has no recorded rank; cannot generate data for it", in.Name)
 		}
-		dims := make([]int64, len(in.Dims))
-		for i, d := range in.Dims {
-			switch {
-			case d >= 0:
-				dims[i] = d
-			case i == 0:
-				dims[i] = int64(batch)
-			default:
-				dims[i] = 1
-			}
-		}
+		dims := syntheticDims(in.Dims, batch)
 		n, err := onnx.NumElements(dims)
 		if err != nil {
 			return nil, fmt.Errorf("input %q: %w", in.Name, err)
@@ -67,30 +57,33 @@ func SyntheticInputs(infos []IOInfo, batch int, seed uint64) (map[string]*onnx.T
 				d[i] = onnx.BF16From(rng.Float32())
 			}
 			data = d
-		case onnx.Int8:
-			data = make([]int8, n)
-		case onnx.Int16:
-			data = make([]int16, n)
-		case onnx.Int32:
-			data = make([]int32, n)
-		case onnx.Int64:
-			data = make([]int64, n)
-		case onnx.Uint8:
-			data = make([]uint8, n)
-		case onnx.Uint16:
-			data = make([]uint16, n)
-		case onnx.Uint32:
-			data = make([]uint32, n)
-		case onnx.Uint64:
-			data = make([]uint64, n)
-		case onnx.Bool:
-			data = make([]bool, n)
 		case onnx.String:
 			data = make([]string, n)
 		default:
-			return nil, fmt.Errorf("input %q: cannot generate %s data", in.Name, in.Type)
+			num, ok := numerics[in.Type]
+			if !ok {
+				return nil, fmt.Errorf("input %q: cannot generate %s data", in.Name, in.Type)
+			}
+			data = num.zeros(n)
 		}
 		out[in.Name] = &onnx.Tensor{Name: in.Name, Type: in.Type, Dims: dims, Data: data}
 	}
 	return out, nil
+}
+
+// syntheticDims fixes a model's dimensions: batch for a dynamic first axis,
+// 1 for any other dynamic one.
+func syntheticDims(model []int64, batch int) []int64 {
+	dims := make([]int64, len(model))
+	for i, d := range model {
+		switch {
+		case d >= 0:
+			dims[i] = d
+		case i == 0:
+			dims[i] = int64(batch)
+		default:
+			dims[i] = 1
+		}
+	}
+	return dims
 }

@@ -22,38 +22,7 @@ var (
 // checkData verifies that t.Data's Go type stores t.Type and that its length
 // matches t.Dims.
 func checkData(t *onnx.Tensor) error {
-	ok := false
-	switch t.Data.(type) {
-	case []float32:
-		ok = t.Type == onnx.Float
-	case []float64:
-		ok = t.Type == onnx.Double
-	case []float16.Float16:
-		ok = t.Type == onnx.Float16
-	case []onnx.BF16:
-		ok = t.Type == onnx.BFloat16
-	case []int8:
-		ok = t.Type == onnx.Int8
-	case []int16:
-		ok = t.Type == onnx.Int16
-	case []int32:
-		ok = t.Type == onnx.Int32
-	case []int64:
-		ok = t.Type == onnx.Int64
-	case []uint8:
-		ok = t.Type == onnx.Uint8 || isFloat8(t.Type)
-	case []uint16:
-		ok = t.Type == onnx.Uint16
-	case []uint32:
-		ok = t.Type == onnx.Uint32
-	case []uint64:
-		ok = t.Type == onnx.Uint64
-	case []bool:
-		ok = t.Type == onnx.Bool
-	case []string:
-		ok = t.Type == onnx.String
-	}
-	if !ok {
+	if !holds(t.Data, t.Type) {
 		return fmt.Errorf("element type %s cannot be stored in %T", t.Type, t.Data)
 	}
 	n, err := onnx.NumElements(t.Dims)
@@ -66,6 +35,53 @@ func checkData(t *onnx.Tensor) error {
 	return nil
 }
 
+// holds reports whether data's Go type is the one that stores dt.
+func holds(data any, dt onnx.DataType) bool {
+	switch data.(type) {
+	case []float16.Float16:
+		return dt == onnx.Float16
+	case []onnx.BF16:
+		return dt == onnx.BFloat16
+	case []string:
+		return dt == onnx.String
+	case []uint8:
+		if isFloat8(dt) {
+			return true
+		}
+	}
+	num, ok := numerics[dt]
+	return ok && num.holds(data)
+}
+
+// numeric is how tensors of one of the binding's numeric Go types cross
+// it: the generic code below instantiated for that type.
+type numeric struct {
+	holds func(data any) bool
+	value func(dims []int64, data any) (ortgo.Value, error)
+	empty func(dims []int64, prior any) (ortgo.Value, any, error)
+	read  func(v ortgo.Value) (data any, scalar, ok bool)
+	zeros func(n int) any
+}
+
+func numericOf[T ortgo.TensorData]() numeric {
+	return numeric{
+		holds: func(data any) bool { _, ok := data.([]T); return ok },
+		value: func(dims []int64, data any) (ortgo.Value, error) { return numericValue(dims, data.([]T)) },
+		empty: empty[T],
+		read:  read[T],
+		zeros: func(n int) any { return make([]T, n) },
+	}
+}
+
+// numerics are the element types the binding has a Go type for; float16,
+// bfloat16 and the float8 types cross it as custom data, strings apart.
+var numerics = map[onnx.DataType]numeric{
+	onnx.Float: numericOf[float32](), onnx.Double: numericOf[float64](),
+	onnx.Int8: numericOf[int8](), onnx.Int16: numericOf[int16](), onnx.Int32: numericOf[int32](),
+	onnx.Int64: numericOf[int64](), onnx.Uint8: numericOf[uint8](), onnx.Uint16: numericOf[uint16](),
+	onnx.Uint32: numericOf[uint32](), onnx.Uint64: numericOf[uint64](), onnx.Bool: numericOf[bool](),
+}
+
 func isFloat8(dt onnx.DataType) bool {
 	switch dt {
 	case onnx.Float8E4M3FN, onnx.Float8E4M3FNUZ, onnx.Float8E5M2, onnx.Float8E5M2FNUZ:
@@ -76,47 +92,23 @@ func isFloat8(dt onnx.DataType) bool {
 
 // supported reports whether tensors of dt can cross the binding.
 func supported(dt onnx.DataType) bool {
-	switch dt {
-	case onnx.Float, onnx.Double, onnx.Float16, onnx.BFloat16, onnx.Int8, onnx.Int16, onnx.Int32,
-		onnx.Int64, onnx.Uint8, onnx.Uint16, onnx.Uint32, onnx.Uint64, onnx.Bool, onnx.String:
-		return true
-	}
-	return isFloat8(dt)
+	_, ok := numerics[dt]
+	return ok || dt == onnx.Float16 || dt == onnx.BFloat16 || dt == onnx.String || isFloat8(dt)
 }
 
 // toValue wraps a checked tensor as an ONNX Runtime value. Numeric data is
 // shared, not copied: the value must be destroyed before t.Data changes.
+// checkData has made sure that t.Type says which Go type t.Data is.
 func toValue(t *onnx.Tensor) (ortgo.Value, error) {
 	switch d := t.Data.(type) {
-	case []float32:
-		return numeric(t.Dims, d)
-	case []float64:
-		return numeric(t.Dims, d)
-	case []int8:
-		return numeric(t.Dims, d)
-	case []int16:
-		return numeric(t.Dims, d)
-	case []int32:
-		return numeric(t.Dims, d)
-	case []int64:
-		return numeric(t.Dims, d)
-	case []uint8:
-		if isFloat8(t.Type) {
-			return custom(t.Dims, d, t.Type)
-		}
-		return numeric(t.Dims, d)
-	case []uint16:
-		return numeric(t.Dims, d)
-	case []uint32:
-		return numeric(t.Dims, d)
-	case []uint64:
-		return numeric(t.Dims, d)
-	case []bool:
-		return numeric(t.Dims, d)
 	case []float16.Float16:
 		return custom(t.Dims, bytesOf(d), onnx.Float16)
 	case []onnx.BF16:
 		return custom(t.Dims, bytesOf(d), onnx.BFloat16)
+	case []uint8:
+		if isFloat8(t.Type) {
+			return custom(t.Dims, d, t.Type)
+		}
 	case []string:
 		if len(t.Dims) == 0 {
 			return nil, errScalarCustom
@@ -131,10 +123,13 @@ func toValue(t *onnx.Tensor) (ortgo.Value, error) {
 		}
 		return v, nil
 	}
+	if num, ok := numerics[t.Type]; ok && num.holds(t.Data) {
+		return num.value(t.Dims, t.Data)
+	}
 	return nil, fmt.Errorf("%s: %w", t.Type, errUnsupported)
 }
 
-func numeric[T ortgo.TensorData](dims []int64, data []T) (ortgo.Value, error) {
+func numericValue[T ortgo.TensorData](dims []int64, data []T) (ortgo.Value, error) {
 	if len(dims) == 0 {
 		return ortgo.NewScalar(data[0])
 	}
@@ -159,13 +154,18 @@ func custom(dims []int64, data []byte, dt onnx.DataType) (ortgo.Value, error) {
 	return v, nil
 }
 
-// bytesOf views a slice of 2-byte elements as bytes in host order, the order
-// ONNX Runtime uses in memory.
-func bytesOf[T float16.Float16 | onnx.BF16](d []T) []byte {
+// customData are the Go types of the element types passed as custom data.
+type customData interface {
+	float16.Float16 | onnx.BF16 | uint8
+}
+
+// bytesOf views a slice as bytes in host order, the order ONNX Runtime uses
+// in memory.
+func bytesOf[T customData](d []T) []byte {
 	if len(d) == 0 {
 		return nil
 	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&d[0])), 2*len(d))
+	return unsafe.Slice((*byte)(unsafe.Pointer(&d[0])), int(unsafe.Sizeof(d[0]))*len(d))
 }
 
 // allocate makes an output value of a known shape over Go memory, drawn
@@ -180,43 +180,24 @@ func allocate(dt onnx.DataType, dims []int64, prior any) (ortgo.Value, any, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	switch dt {
-	case onnx.Float16:
-		d := reuse[float16.Float16](prior, n)
-		v, err := custom(dims, bytesOf(d), dt)
-		return v, d, err
-	case onnx.BFloat16:
-		d := reuse[onnx.BF16](prior, n)
-		v, err := custom(dims, bytesOf(d), dt)
-		return v, d, err
-	case onnx.Float8E4M3FN, onnx.Float8E4M3FNUZ, onnx.Float8E5M2, onnx.Float8E5M2FNUZ:
-		d := reuse[uint8](prior, n)
-		v, err := custom(dims, d, dt)
-		return v, d, err
-	case onnx.Float:
-		return empty[float32](dims, prior)
-	case onnx.Double:
-		return empty[float64](dims, prior)
-	case onnx.Int8:
-		return empty[int8](dims, prior)
-	case onnx.Int16:
-		return empty[int16](dims, prior)
-	case onnx.Int32:
-		return empty[int32](dims, prior)
-	case onnx.Int64:
-		return empty[int64](dims, prior)
-	case onnx.Uint8:
-		return empty[uint8](dims, prior)
-	case onnx.Uint16:
-		return empty[uint16](dims, prior)
-	case onnx.Uint32:
-		return empty[uint32](dims, prior)
-	case onnx.Uint64:
-		return empty[uint64](dims, prior)
-	case onnx.Bool:
-		return empty[bool](dims, prior)
+	switch {
+	case dt == onnx.Float16:
+		return emptyCustom[float16.Float16](dt, dims, prior, n)
+	case dt == onnx.BFloat16:
+		return emptyCustom[onnx.BF16](dt, dims, prior, n)
+	case isFloat8(dt):
+		return emptyCustom[uint8](dt, dims, prior, n)
+	}
+	if num, ok := numerics[dt]; ok {
+		return num.empty(dims, prior)
 	}
 	return nil, nil, fmt.Errorf("%s: %w", dt, errUnsupported)
+}
+
+func emptyCustom[T customData](dt onnx.DataType, dims []int64, prior any, n int) (ortgo.Value, any, error) {
+	d := reuse[T](prior, n)
+	v, err := custom(dims, bytesOf(d), dt)
+	return v, d, err
 }
 
 func empty[T ortgo.TensorData](dims []int64, prior any) (ortgo.Value, any, error) {
@@ -276,8 +257,9 @@ func fromValue(name string, v ortgo.Value) (*onnx.Tensor, error) {
 		t.Data = x.GetData()[:mustElements(t.Dims)]
 		return t, nil
 	}
-	for _, f := range readers {
-		if data, scalar, ok := f(v); ok {
+	// The binding's Go type follows the element type, so dt picks the reader.
+	if num, ok := numerics[dt]; ok {
+		if data, scalar, ok := num.read(v); ok {
 			t.Data = data
 			if scalar {
 				t.Dims = []int64{}
@@ -286,11 +268,6 @@ func fromValue(name string, v ortgo.Value) (*onnx.Tensor, error) {
 		}
 	}
 	return nil, fmt.Errorf("%s: %w", dt, errUnsupported)
-}
-
-var readers = []func(ortgo.Value) (any, bool, bool){
-	read[float32], read[float64], read[int8], read[int16], read[int32], read[int64],
-	read[uint8], read[uint16], read[uint32], read[uint64], read[bool],
 }
 
 func read[T ortgo.TensorData](v ortgo.Value) (data any, scalar, ok bool) {
@@ -314,19 +291,19 @@ func narrow(t *onnx.Tensor, dt onnx.DataType, prior any) (*onnx.Tensor, error) {
 	out := &onnx.Tensor{Name: t.Name, Type: dt, Dims: t.Dims}
 	switch dt {
 	case onnx.Float16:
-		d := reuse[float16.Float16](prior, len(f))
-		for i, v := range f {
-			d[i] = float16.Fromfloat32(v)
-		}
-		out.Data = d
+		out.Data = narrowInto(f, prior, float16.Fromfloat32)
 	case onnx.BFloat16:
-		d := reuse[onnx.BF16](prior, len(f))
-		for i, v := range f {
-			d[i] = onnx.BF16(math.Float32bits(v) >> 16)
-		}
-		out.Data = d
+		out.Data = narrowInto(f, prior, func(v float32) onnx.BF16 { return onnx.BF16(math.Float32bits(v) >> 16) })
 	default:
 		return nil, fmt.Errorf("cannot narrow float32 to %s", dt)
 	}
 	return out, nil
+}
+
+func narrowInto[T any](f []float32, prior any, conv func(float32) T) []T {
+	d := reuse[T](prior, len(f))
+	for i, v := range f {
+		d[i] = conv(v)
+	}
+	return d
 }

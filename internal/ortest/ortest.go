@@ -1,8 +1,7 @@
 // Package ortest holds what tests that run models share: loading the ONNX
 // Runtime library that `make deps` provides and reading TensorProto files.
-// It is imported by tests only (it links the cgo ort package). The ort
-// package's own tests keep private copies of ReadTensor and ArangeInput:
-// they are in package ort, which this package imports.
+// It is imported by tests only (it links the cgo ort package); ort's own
+// tests use it too, from package ort_test.
 package ortest
 
 import (
