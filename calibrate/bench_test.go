@@ -259,28 +259,32 @@ func peakRSS() uint64 {
 
 // BenchmarkAddBatch is the histogram update Collect makes per tensor, on a
 // tensor of one batch of a 64-channel 28x28 activation: Add (the kernels,
-// vector paths included in a GOEXPERIMENT=simd build) against
-// addReference (the same two passes as plain loops) in the same process.
+// vector paths included in a GOEXPERIMENT=simd build) against addReference
+// (the same two passes as plain loops), alternating in one loop so that
+// noise from other processes hits both alike.
 func BenchmarkAddBatch(b *testing.B) {
 	v := gaussian(benchBatch*64*28*28, 1, 1)
-	for _, impl := range []struct {
-		name string
-		add  func(*Histogram, []float32) error
-	}{{"reference", addReference}, {"kernels", (*Histogram).Add}} {
-		b.Run(impl.name, func(b *testing.B) {
-			h := NewHistogram()
-			if err := h.Add(v); err != nil {
-				b.Fatal(err)
-			}
-			b.SetBytes(int64(4 * len(v)))
-			for b.Loop() {
-				if err := impl.add(h, v); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(v)), "ns/value")
-		})
+	kernels, reference := NewHistogram(), NewHistogram()
+	if err := errors.Join(kernels.Add(v), reference.Add(v)); err != nil {
+		b.Fatal(err)
 	}
+	b.SetBytes(int64(4 * len(v)))
+	var tk, tr time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if err := addReference(reference, v); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := kernels.Add(v); err != nil {
+			b.Fatal(err)
+		}
+		tr, tk = tr+t1.Sub(t0), tk+time.Since(t1)
+	}
+	n := float64(b.N * len(v))
+	b.ReportMetric(float64(tk.Nanoseconds())/n, "kernels-ns/value")
+	b.ReportMetric(float64(tr.Nanoseconds())/n, "reference-ns/value")
+	b.ReportMetric(float64(tr)/float64(tk), "reference/kernels")
 }
 
 // BenchmarkAddRelu is BenchmarkAddBatch for a tensor and the ReLU of it

@@ -1,10 +1,13 @@
 package ort_test
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"testing"
 
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/ort"
 	"github.com/x448/float16"
 )
 
@@ -66,6 +69,21 @@ func closeTo(got, want *onnx.Tensor, rtol, atol float64) string {
 }
 
 // sameBits compares two tensors bit for bit.
+// runMatches runs s on in and checks that every output in want comes back
+// bit for bit.
+func runMatches(t *testing.T, s *ort.Session, in map[string]*onnx.Tensor, want map[string]*onnx.Tensor) {
+	t.Helper()
+	got, err := s.Run(context.Background(), in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, w := range want {
+		if !sameBits(got[name], w) {
+			t.Errorf("output %q = %v, want %v", name, got[name].Data, w.Data)
+		}
+	}
+}
+
 func sameBits(a, b *onnx.Tensor) bool {
 	if a.Type != b.Type || a.Len() != b.Len() {
 		return false

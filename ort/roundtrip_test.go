@@ -2,7 +2,6 @@ package ort_test
 
 import (
 	"bytes"
-	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -114,15 +113,7 @@ func TestNewSessionFromFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	in, want := testData(t, m, dir)
-	got, err := s.Run(context.Background(), in, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, w := range want {
-		if !sameBits(got[name], w) {
-			t.Errorf("output %q = %v, want %v", name, got[name].Data, w.Data)
-		}
-	}
+	runMatches(t, s, in, want)
 	if _, err := ort.NewSession(filepath.Join(dir, "missing.onnx"), ort.SessionOptions{}); err == nil || !strings.Contains(err.Error(), "missing.onnx") {
 		t.Errorf("NewSession(missing file) = %v, want error naming the file", err)
 	}

@@ -218,15 +218,7 @@ func TestCastFloat16Dynamic(t *testing.T) {
 	if len(out) != 1 || out[0].Dims[0] != -1 || out[0].Params[0] != "batch" {
 		t.Fatalf("Outputs() = %+v, want one output with dynamic dimension batch", out)
 	}
-	got, err := s.Run(context.Background(), in, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, w := range want {
-		if !sameBits(got[name], w) {
-			t.Errorf("output %q = %v, want %v", name, got[name].Data, w.Data)
-		}
-	}
+	runMatches(t, s, in, want)
 	// The optimized model is written from the model as given, without the
 	// helper float32 output.
 	om, err := onnx.Load(optimized)

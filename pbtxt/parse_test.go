@@ -42,8 +42,8 @@ func TestParseForms(t *testing.T) {
 	}
 }
 
-func TestParseValues(t *testing.T) {
-	c, err := Parse([]byte(`
+// valuesConfig spells values every way the text format allows.
+const valuesConfig = `
 		name: "caf\303\251 \x41\u00e9\n\t\"q\""
 		model_transaction_policy { decoupled: True }
 		response_cache: { enable: t }
@@ -53,22 +53,14 @@ func TestParseValues(t *testing.T) {
 		}
 		parameters { key: "k" value: { string_value: "v1" } }
 		parameters { key: "k" value: { string_value: "v2" } }
-		dynamic_batching_unused_check: 1
-	`))
+`
+
+func TestParseValues(t *testing.T) {
+	c, err := Parse([]byte(valuesConfig + "\t\tdynamic_batching_unused_check: 1\n"))
 	if err == nil {
 		t.Fatal("Parse accepted an unknown field")
 	}
-	c, err = Parse([]byte(`
-		name: "caf\303\251 \x41\u00e9\n\t\"q\""
-		model_transaction_policy { decoupled: True }
-		response_cache: { enable: t }
-		sequence_batching {
-		  direct { minimum_slot_utilization: 0.5f }
-		  control_input [ { name: "S" control [ { kind: CONTROL_SEQUENCE_START fp32_false_true: [ -inf, nan ] } ] } ]
-		}
-		parameters { key: "k" value: { string_value: "v1" } }
-		parameters { key: "k" value: { string_value: "v2" } }
-	`))
+	c, err = Parse([]byte(valuesConfig))
 	if err != nil {
 		t.Fatalf("Parse = %v", err)
 	}

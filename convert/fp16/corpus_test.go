@@ -92,16 +92,22 @@ func (e errStats) String() string {
 		e.maxAbs, e.maxRel, e.scale, e.cosine, e.bad, e.n, e.top1)
 }
 
-func compareFP16(t testing.TB, got, want *onnx.Tensor) errStats {
+// float64Pair returns got's and want's values as float64s.
+func float64Pair(t testing.TB, got, want *onnx.Tensor) (g, w []float64) {
 	t.Helper()
 	g, err := got.Float64s()
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := want.Float64s()
-	if err != nil {
+	if w, err = want.Float64s(); err != nil {
 		t.Fatal(err)
 	}
+	return g, w
+}
+
+func compareFP16(t testing.TB, got, want *onnx.Tensor) errStats {
+	t.Helper()
+	g, w := float64Pair(t, got, want)
 	if len(g) != len(w) {
 		t.Fatalf("%d elements, want %d", len(g), len(w))
 	}
@@ -256,14 +262,7 @@ func TestCorpusNodeTests(t *testing.T) {
 }
 
 func maxIntDiff(t testing.TB, got, want *onnx.Tensor) float64 {
-	g, err := got.Float64s()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := want.Float64s()
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, w := float64Pair(t, got, want)
 	if got.Type != want.Type || len(g) != len(w) {
 		t.Fatalf("got %s[%d], want %s[%d]", got.Type, len(g), want.Type, len(w))
 	}
