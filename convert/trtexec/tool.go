@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 	"github.com/kiln-ml/kiln/internal/execx"
 	"github.com/kiln-ml/kiln/manifest"
 )
@@ -195,30 +196,35 @@ func (t *Tool) prepare(ctx context.Context, spec Spec) (*job, error) {
 // log. A failed run is recorded in j, not returned: the log says why; only
 // a missing trtexec and a log that cannot be kept are errors here.
 func (t *Tool) run(ctx context.Context, j *job) error {
-	logTmp, err := os.CreateTemp(j.dir, "."+j.base+".log.*.tmp")
-	if err != nil {
-		return j.wrap(err)
-	}
-	defer os.Remove(logTmp.Name()) // no-op after the rename
 	timeout := j.spec.Timeout
 	if timeout == 0 {
 		timeout = t.Timeout
 	}
 	t.logger().Debug("running trtexec", "tool", t.path(), "path", j.spec.Plan, "args", j.args)
-	res, runErr := t.runner().Run(ctx, execx.Cmd{Path: t.path(), Args: j.args, Timeout: timeout,
-		Output: logTmp, OnLine: t.OnLine})
-	if st, err := logTmp.Stat(); err == nil && st.Size() == 0 && res != nil {
-		// A Runner that ignores Cmd.Output still returns the tails.
-		io.WriteString(logTmp, res.StdoutTail+res.StderrTail)
-	}
-	if err := logTmp.Close(); err != nil && runErr == nil {
-		runErr = err
-	}
+	var res *execx.Result
+	var runErr error
+	// The log is written atomically, so a log next to a plan is always
+	// that plan's whole log; it is kept for failed builds too.
+	err := atomicfile.Write(j.logPath, 0o644, func(w io.Writer) error {
+		out := &countingWriter{w: w}
+		res, runErr = t.runner().Run(ctx, execx.Cmd{Path: t.path(), Args: j.args, Timeout: timeout,
+			Output: out, OnLine: t.OnLine})
+		var nf *execx.NotFoundError
+		if errors.As(runErr, &nf) {
+			return runErr // nothing ran: no log to keep
+		}
+		if out.n == 0 && res != nil {
+			// A Runner that ignores Cmd.Output still returns the tails.
+			_, err := io.WriteString(w, res.StdoutTail+res.StderrTail)
+			return err
+		}
+		return nil
+	})
 	var nf *execx.NotFoundError
-	if errors.As(runErr, &nf) {
-		return runErr
-	}
-	if err := os.Rename(logTmp.Name(), j.logPath); err != nil {
+	switch {
+	case errors.As(err, &nf):
+		return err
+	case err != nil:
 		return j.wrap(fmt.Errorf("saving the log: %w", err))
 	}
 	if res != nil {
@@ -229,6 +235,18 @@ func (t *Tool) run(ctx context.Context, j *job) error {
 		return j.wrap(err)
 	}
 	return nil
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // verdict returns a *BuildError unless trtexec passed and wrote an engine.
