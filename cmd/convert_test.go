@@ -139,3 +139,20 @@ func TestConvertPipelineStrict(t *testing.T) {
 		t.Errorf("a refused pipeline file left a repository behind (%v)", err)
 	}
 }
+
+// A --calib-dir that calibrate did not write is refused before anything is
+// built, with advice on making one.
+func TestConvertCalibDirNotCalibrated(t *testing.T) {
+	repo := filepath.Join(t.TempDir(), "repo")
+	_, errOut, code := run(t, "convert", tinynetPath, "--repo", repo, "--precision", "int8", "--calib-dir", t.TempDir(), "--progress", "none")
+	if code != ExitFailure || !strings.Contains(errOut, "is not a calibration output directory") || !strings.Contains(errOut, "hint: --calib-dir takes the -o directory of `kiln calibrate`") {
+		t.Errorf("convert --calib-dir EMPTY = exit %d, %q; want exit 1 naming the directory, with a hint", code, errOut)
+	}
+	if _, err := os.Stat(repo); !os.IsNotExist(err) {
+		t.Errorf("a refused --calib-dir left a repository behind (%v)", err)
+	}
+	_, errOut, code = run(t, "convert", tinynetPath, "--repo", repo, "--precision", "int8", "--progress", "none")
+	if code != ExitUsage || !strings.Contains(errOut, "int8 needs calibration") || !strings.Contains(errOut, "hint: run `kiln calibrate") {
+		t.Errorf("convert --precision int8 without calibration = exit %d, %q; want exit 2 with a hint", code, errOut)
+	}
+}
