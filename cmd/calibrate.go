@@ -16,7 +16,7 @@ import (
 )
 
 // calibrateOptions are kiln calibrate's flags; convert's --calib-* flags
-// fill the same config (see calibrateFlags).
+// fill the same config (see addDataFlags).
 type calibrateOptions struct {
 	cfg      calibrate.Config
 	trt      manifest.TRTSpec
