@@ -67,11 +67,11 @@ func (v *TRTVersion) UnmarshalText(b []byte) error {
 
 // TRTVersionFromNumber decodes NV_TENSORRT_VERSION as the banner prints it
 // ("8601", "100300"); it is the inverse of Number. Four digits are the
-// encoding up to TensorRT 9, six or seven the one from TensorRT 10; five
+// encoding up to TensorRT 9, six the one from TensorRT 10 to 99; five
 // digits are neither (9.x never reached minor 10, and 10.0.0 is 100000).
 func TRTVersionFromNumber(digits string) (TRTVersion, error) {
 	bad := fmt.Errorf("TensorRT version number %q: want the digits of trtexec's banner, like 8601 or 100300", digits)
-	if digits == "" || len(digits) > 7 || strings.Trim(digits, "0123456789") != "" {
+	if digits == "" || len(digits) > 6 || strings.Trim(digits, "0123456789") != "" {
 		return TRTVersion{}, bad
 	}
 	n, err := strconv.Atoi(digits)
@@ -124,6 +124,10 @@ func ParseTRTSpec(s string) (TRTSpec, error) {
 	}
 	if n[0] < MinTRTMajor {
 		return TRTSpec{}, fmt.Errorf("TensorRT version %q: kiln needs TensorRT %d or later", s, MinTRTMajor)
+	}
+	if n[0] < 10 && n[1] > 9 {
+		// Before 10 the version number has one digit for the minor release.
+		return TRTSpec{}, fmt.Errorf("TensorRT version %q: releases before 10 have minor versions 0-9", s)
 	}
 	return TRTSpec{TRTVersion: TRTVersion{Major: n[0], Minor: n[1], Patch: n[2]}, AnyPatch: len(parts) == 2}, nil
 }

@@ -94,6 +94,8 @@ func TestParseTRTSpec(t *testing.T) {
 		{"10.03", TRTSpec{}, true},
 		{"10.+3", TRTSpec{}, true},
 		{"10.100", TRTSpec{}, true},
+		{"7.10", TRTSpec{}, true},
+		{"10.10", TRTSpec{TRTVersion{10, 10, 0}, true}, false},
 		{"", TRTSpec{}, true},
 	}
 	for _, tt := range tests {
