@@ -119,9 +119,12 @@ directory next to DIR that replaces DIR only when the run succeeds.`,
 			if o.out == "" {
 				return usageErr(errors.New("-o/--output is required"))
 			}
-			rep, err := runCalibrate(c, g, cfg, o.progress, func(opts []calibrate.Option) (*calibrate.Report, error) {
-				return calibrate.Run(c.Context(), cfg, o.out, opts...)
-			})
+			opts, done, err := calibrateCollaborators(c, g, cfg.Data.Path, o.progress)
+			if err != nil {
+				return err
+			}
+			rep, err := calibrate.Run(c.Context(), cfg, o.out, opts...)
+			done()
 			if err != nil {
 				return err
 			}
@@ -132,22 +135,21 @@ directory next to DIR that replaces DIR only when the run succeeds.`,
 	return c
 }
 
-// runCalibrate loads ONNX Runtime, opens the data's storage and runs one
-// calibration call with progress and logging, for kiln calibrate and for
-// convert's calibration on the fly.
-func runCalibrate(c *cobra.Command, g *globalOptions, cfg calibrate.Config, progressMode string,
-	call func([]calibrate.Option) (*calibrate.Report, error)) (*calibrate.Report, error) {
+// calibrateCollaborators loads ONNX Runtime and returns calibrate's
+// collaborators: the data's storage, progress and logging, for kiln
+// calibrate and for convert's calibration on the fly. done closes the
+// storage and ends the progress display.
+func calibrateCollaborators(c *cobra.Command, g *globalOptions, data, progressMode string) (opts []calibrate.Option, done func(), err error) {
 	if err := g.initORT(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	fsys, closeFS, err := dataFS(c.Context(), cfg.Data.Path)
+	fsys, closeFS, err := dataFS(c.Context(), data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer closeFS()
-	report, done := newProgress(c.ErrOrStderr(), progressMode)
-	defer done()
-	return call([]calibrate.Option{calibrate.WithFS(fsys), calibrate.WithProgress(report), calibrate.WithLogger(g.logger(c.ErrOrStderr()))})
+	report, endProgress := newProgress(c.ErrOrStderr(), progressMode)
+	opts = []calibrate.Option{calibrate.WithFS(fsys), calibrate.WithProgress(report), calibrate.WithLogger(g.logger(c.ErrOrStderr()))}
+	return opts, func() { endProgress(); closeFS() }, nil
 }
 
 func printCalibration(w io.Writer, format, dir string, r *calibrate.Report) error {

@@ -183,12 +183,13 @@ func (o *convertOptions) calibration(c *cobra.Command, g *globalOptions) error {
 			return fmt.Errorf("calibrating for the int8 variants: %w", err)
 		}
 		cache := filepath.Join(ucd, "kiln", "calib")
+		opts, done, err := calibrateCollaborators(c, g, cfg.Data.Path, o.progress)
+		if err != nil {
+			return err
+		}
 		var rep *calibrate.Report
-		rep, err = runCalibrate(c, g, cfg, o.progress, func(opts []calibrate.Option) (*calibrate.Report, error) {
-			var err error
-			dir, rep, err = calibrate.RunCached(c.Context(), cfg, cache, opts...)
-			return rep, err
-		})
+		dir, rep, err = calibrate.RunCached(c.Context(), cfg, cache, opts...)
+		done()
 		if err != nil {
 			return fmt.Errorf("calibrating for the int8 variants: %w", err)
 		}

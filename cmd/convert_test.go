@@ -156,3 +156,28 @@ func TestConvertCalibDirNotCalibrated(t *testing.T) {
 		t.Errorf("convert --precision int8 without calibration = exit %d, %q; want exit 2 with a hint", code, errOut)
 	}
 }
+
+// --calib-data calibrates on the fly into the user cache directory, and a
+// second run with the same inputs reuses that calibration and the variant.
+func TestConvertCalibrateOnTheFly(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	npy := writeSamples(t, t.TempDir(), 16)
+	repo := filepath.Join(t.TempDir(), "repo")
+	args := []string{"convert", tinynetPath, "--repo", repo, "--precision", "int8", "--calib-data", npy, "--progress", "none"}
+	out, errOut, code := run(t, args...)
+	if code != 0 || !strings.Contains(errOut, "calibrated") || !strings.Contains(out, "built") {
+		t.Fatalf("convert --calib-data = exit %d, stdout %q, stderr %q; want a calibration and a built int8 variant", code, out, errOut)
+	}
+	m, err := manifest.Read(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := m.Model("tinynet_onnx_int8")
+	if rec == nil || rec.Calibration == nil || rec.Calibration.Method != "entropy" || rec.Calibration.Samples != 8 || rec.Calibration.Dataset.Validate() != nil {
+		t.Fatalf("kiln.json record of the int8 variant = %+v, want entropy calibration on 8 samples with a dataset digest", rec)
+	}
+	out, errOut, code = run(t, args...)
+	if code != 0 || !strings.Contains(errOut, "using existing calibration") || !strings.Contains(out, "using existing onnx-int8") {
+		t.Errorf("second convert --calib-data = exit %d, stdout %q, stderr %q; want the calibration and the variant reused", code, out, errOut)
+	}
+}
