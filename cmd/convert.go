@@ -16,8 +16,8 @@ import (
 
 	"github.com/kiln-ml/kiln/calibrate"
 	"github.com/kiln-ml/kiln/convert"
-	"github.com/kiln-ml/kiln/convert/trtexec"
 	"github.com/kiln-ml/kiln/internal/execx"
+	"github.com/kiln-ml/kiln/internal/trtexec"
 	"github.com/kiln-ml/kiln/manifest"
 )
 

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/convert/fp16"
-	"github.com/kiln-ml/kiln/convert/trtexec"
 	"github.com/kiln-ml/kiln/internal/progress"
+	"github.com/kiln-ml/kiln/internal/trtexec"
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/pbtxt"
 )

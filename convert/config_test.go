@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/kiln-ml/kiln/convert/fp16"
-	"github.com/kiln-ml/kiln/convert/trtexec"
+	"github.com/kiln-ml/kiln/internal/trtexec"
 )
 
 func TestConfigValidate(t *testing.T) {

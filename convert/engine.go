@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kiln-ml/kiln/convert/trtexec"
+	"github.com/kiln-ml/kiln/internal/trtexec"
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/pbtxt"
 )

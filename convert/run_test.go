@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/kiln-ml/kiln/convert/fp16"
-	"github.com/kiln-ml/kiln/convert/internal/trtexectest"
-	"github.com/kiln-ml/kiln/convert/trtexec"
+	"github.com/kiln-ml/kiln/internal/trtexec"
+	"github.com/kiln-ml/kiln/internal/trtexec/trtexectest"
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/pbtxt"

@@ -213,7 +213,7 @@ func TestDependencyRulesFire(t *testing.T) {
 			pkg{ImportPath: module + "/cmd/kiln", Imports: []string{module + "/cmd"}}},
 		{"stages hand each other files", pkg{ImportPath: module + "/convert", Imports: []string{module + "/calibrate"}},
 			pkg{ImportPath: module + "/convert", Imports: []string{module + "/convert/fp16", module + "/pbtxt", module + "/manifest"}}},
-		{"stages hand each other files", pkg{ImportPath: module + "/convert/trtexec", Imports: []string{module + "/serve"}},
+		{"stages hand each other files", pkg{ImportPath: module + "/convert/fp16", Imports: []string{module + "/serve"}},
 			pkg{ImportPath: module + "/cmd", Imports: []string{module + "/calibrate", module + "/convert"}}},
 		{"stages hand each other files", pkg{ImportPath: module + "/pbtxt", Imports: []string{module + "/convert"}},
 			pkg{ImportPath: module + "/pbtxt", Imports: []string{module + "/onnx", module + "/manifest"}}},

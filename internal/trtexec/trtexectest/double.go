@@ -1,5 +1,5 @@
 // Package trtexectest is a TEST DOUBLE for NVIDIA's trtexec, for the tests
-// of convert and convert/trtexec: trtexec cannot run on machines without a
+// of convert, serve and internal/trtexec: trtexec cannot run on machines without a
 // GPU and TensorRT. Install makes the test binary re-execute itself with
 // KILN_TRTEXEC_DOUBLE=1, and then act as trtexec: it replays a real console
 // log captured from trtexec (the corpus's trt-logs/trtexec), chosen by

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-ml/kiln/convert/internal/trtexectest"
 	"github.com/kiln-ml/kiln/internal/execx"
 	"github.com/kiln-ml/kiln/internal/testutil"
+	"github.com/kiln-ml/kiln/internal/trtexec/trtexectest"
 	"github.com/kiln-ml/kiln/manifest"
 )
 

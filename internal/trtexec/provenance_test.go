@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kiln-ml/kiln/convert/internal/trtexectest"
+	"github.com/kiln-ml/kiln/internal/trtexec/trtexectest"
 	"github.com/kiln-ml/kiln/manifest"
 )
 
