@@ -51,6 +51,7 @@ func ReadOutput(dir string) (manifest.CalibrationOutput, error) {
 	}
 	if rep != nil {
 		out.ValidationSamples = rep.ValidationSamples
+		out.Validation = rep.ValidationSplit
 		if rep.Accuracy != nil && len(rep.Accuracy.Outputs) > 0 {
 			first := rep.Accuracy.Outputs[0]
 			out.Calibration.Cosine, out.Calibration.Top1Agreement = first.Cosine, first.Top1

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,12 @@ func checkReadOutput(t *testing.T, out string, rep *Report) {
 	if rep.Accuracy != nil {
 		want.Calibration.Cosine, want.Calibration.Top1Agreement = rep.Accuracy.Outputs[0].Cosine, rep.Accuracy.Outputs[0].Top1
 	}
+	if !reflect.DeepEqual(got.Validation, rep.ValidationSplit) || (rep.ValidationSamples > 0) != (got.Validation != nil) {
+		t.Errorf("ReadOutput(%s).Validation = %+v, want the report's split %+v", out, got.Validation, rep.ValidationSplit)
+	} else if got.Validation != nil && len(got.Validation.Indices) != rep.ValidationSamples {
+		t.Errorf("ReadOutput(%s).Validation has %d samples, want %d", out, len(got.Validation.Indices), rep.ValidationSamples)
+	}
+	got.Validation = nil
 	if got != want {
 		t.Errorf("ReadOutput(%s) = %+v, want %+v", out, got, want)
 	}

@@ -25,6 +25,9 @@ type Report struct {
 	Batch              int             `json:"batch"`
 	CalibrationSamples int             `json:"calibration_samples"`
 	ValidationSamples  int             `json:"validation_samples"`
+	// ValidationSplit names the validation samples, so that serve and
+	// convert check variants on exactly the samples calibration did not see.
+	ValidationSplit *manifest.DataSplit `json:"validation_split,omitempty"`
 	// UnusedSamples are drawn samples left out because the model fixes
 	// its batch size and they make no full batch.
 	UnusedSamples int `json:"unused_samples,omitempty"`

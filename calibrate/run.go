@@ -248,6 +248,10 @@ func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[strin
 		return nil, nil, err
 	}
 	rep.setAccuracy(accs, len(j.valid))
+	if len(j.valid) > 0 {
+		rep.ValidationSplit = &manifest.DataSplit{Path: cfg.Data.Path, Format: string(cfg.Data.Format),
+			Preprocess: cfg.Data.Preprocess.String(), Indices: j.valid}
+	}
 	return rep, outputFiles(ranges, q, cfg.TRTVersion), nil
 }
 

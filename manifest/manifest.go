@@ -202,6 +202,18 @@ type Calibration struct {
 	RandomRanges  bool    `json:"random_ranges,omitempty"`
 }
 
+// DataSplit names samples of a dataset by position, so another stage can
+// read the same ones: the validation split a calibration set aside.
+type DataSplit struct {
+	// Path, Format and Preprocess open the dataset as calibrate opened it
+	// (Preprocess in dataset.ParsePreprocess's form).
+	Path       string `json:"path"`
+	Format     string `json:"format,omitempty"`
+	Preprocess string `json:"preprocess,omitempty"`
+	// Indices are the samples' positions in the dataset's order.
+	Indices []int `json:"indices"`
+}
+
 // CalibrationOutput is what `kiln calibrate` hands the int8 variants: where
 // the files it wrote are, and how they were made. calibrate.ReadOutput reads
 // it from calibrate's output directory; convert takes it as it is.
@@ -220,6 +232,9 @@ type CalibrationOutput struct {
 	Calibration Calibration
 	// ValidationSamples is how many samples measured that agreement (0: none).
 	ValidationSamples int
+	// Validation is the validation split itself (nil when calibrate set
+	// none aside, or for output written before splits were recorded).
+	Validation *DataSplit
 }
 
 // Build records how an artifact was produced.
