@@ -19,9 +19,11 @@ type LintOptions struct {
 	// GPUs is the number of GPUs on the serving machine (0: unknown).
 	GPUs int
 	// Plans gives the signature of TensorRT plans by model name (kiln's
-	// manifest records them when engines are built); plans without one are
-	// not checked against their config. LintPath reads them from the
-	// repository's kiln.json when Plans is nil (see PlanSignatures).
+	// manifest records them when engines are built, with the trtexec
+	// command whose shapes give the optimization profiles); plans without
+	// one are not checked against their config. LintPath and
+	// LintRepository read them from the repository's kiln.json when Plans
+	// is nil (see PlanSignatures).
 	Plans map[string]Signature
 	// DefaultMaxBatchSize is Triton's default-max-batch-size for auto-complete
 	// (0 means Triton's default, 4).
@@ -130,12 +132,19 @@ func isModelDir(dir string) bool {
 
 // LintRepository checks every model of a repository: its config, its
 // version directories and model files, the config against the model's
-// inputs and outputs (ONNX files are read; plans use opts.Plans), label and
-// warmup files, and ensembles against the models they use.
+// inputs and outputs (ONNX files are read; plans use opts.Plans, or the
+// signatures and optimization profiles the repository's kiln.json records
+// when opts.Plans is nil), label, warmup and initial state files, and
+// ensembles against the models they use.
 func LintRepository(dir string, opts LintOptions) (Problems, error) {
 	r, err := ReadRepository(dir)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Plans == nil {
+		if opts.Plans, err = PlanSignatures(dir); err != nil {
+			return nil, err
+		}
 	}
 	if len(r.Models) == 0 {
 		return Problems{{File: dir, Message: "the repository holds no model directories", Severity: SeverityError}}, nil
@@ -295,10 +304,16 @@ func lintFiles(col *collector, m *Model, c *configpb.ModelConfig) {
 	}
 	for i, s := range c.GetSequenceBatching().GetState() {
 		for j, is := range s.GetInitialState() {
-			if f := is.GetDataFile(); f != "" {
-				if _, err := os.Stat(filepath.Join(m.Dir, "initial_state", f)); err != nil {
-					col.errorf(at(at("sequence_batching.state", i)+".initial_state", j)+".data_file", "initial state file %s does not exist in %s", f, filepath.Join(m.Dir, "initial_state"))
-				}
+			f := is.GetDataFile()
+			if f == "" {
+				continue
+			}
+			p := at(at("sequence_batching.state", i)+".initial_state", j) + ".data_file"
+			st, err := os.Stat(filepath.Join(m.Dir, "initial_state", f))
+			if err != nil {
+				col.errorf(p, "initial state file %s does not exist in %s", f, filepath.Join(m.Dir, "initial_state"))
+			} else if want := initialStateBytes(is); want >= 0 && st.Size() < want {
+				col.errorf(p, "initial_state setting expects %d bytes (%s %s), but the data provided from %s only has %d bytes", want, is.GetDataType(), dimsString(is.GetDims()), f, st.Size())
 			}
 		}
 	}
@@ -352,6 +367,9 @@ func lintSignature(col *collector, m *Model, c *configpb.ModelConfig, opts LintO
 		return c
 	}
 	eff := Clone(c)
+	if BackendOf(c) == BackendTensorRT {
+		planAutofillMaxBatch(eff, sig)
+	}
 	dmbs := opts.DefaultMaxBatchSize
 	if dmbs == 0 {
 		dmbs = DefaultMaxBatchSize

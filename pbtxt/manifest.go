@@ -1,6 +1,7 @@
 package pbtxt
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -19,9 +20,13 @@ func ManifestTensors(ts []TensorSig) []manifest.Tensor {
 }
 
 // SignatureFromManifest returns the signature kiln.json records for a
-// model: for a TensorRT plan, the only copy kiln can read.
+// model: for a TensorRT plan, the only copy kiln can read. Its Profiles
+// come from the recorded trtexec command (PlanProfiles); a command that
+// does not parse leaves them nil, and PlanSignatures reports it.
 func SignatureFromManifest(rec *manifest.Model) Signature {
-	return Signature{Inputs: manifestSigs(rec.Inputs), Outputs: manifestSigs(rec.Outputs)}
+	sig := Signature{Inputs: manifestSigs(rec.Inputs), Outputs: manifestSigs(rec.Outputs)}
+	sig.Profiles, _ = PlanProfiles(rec)
+	return sig
 }
 
 func manifestSigs(ts []manifest.Tensor) []TensorSig {
@@ -35,8 +40,10 @@ func manifestSigs(ts []manifest.Tensor) []TensorSig {
 // PlanSignatures reads the signatures kiln recorded for the TensorRT plans
 // of the repository that holds path (a repository, a model directory or a
 // config file: the kiln.json of path, its parent or its grandparent), by
-// model name. Without a kiln.json it returns nil: plans are then not
-// checked against their configs.
+// model name, with the optimization profiles their recorded trtexec
+// commands built. Without a kiln.json it returns nil: plans are then not
+// checked against their configs. A recorded command kiln cannot read is an
+// error, as a kiln.json that does not parse is.
 func PlanSignatures(path string) (map[string]Signature, error) {
 	for _, dir := range []string{path, filepath.Dir(path), filepath.Dir(filepath.Dir(path))} {
 		mf := filepath.Join(dir, manifest.FileName)
@@ -52,7 +59,11 @@ func PlanSignatures(path string) (map[string]Signature, error) {
 			if rec.Variant.Runtime != manifest.RuntimeTRT || len(rec.Inputs) == 0 {
 				continue
 			}
-			out[rec.Name] = SignatureFromManifest(rec)
+			profiles, err := PlanProfiles(rec)
+			if err != nil {
+				return nil, fmt.Errorf("reading %s: %w", mf, err)
+			}
+			out[rec.Name] = Signature{Inputs: manifestSigs(rec.Inputs), Outputs: manifestSigs(rec.Outputs), Profiles: profiles}
 		}
 		return out, nil
 	}

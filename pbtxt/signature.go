@@ -26,6 +26,9 @@ type TensorSig struct {
 type Signature struct {
 	Inputs  []TensorSig `json:"inputs"`
 	Outputs []TensorSig `json:"outputs"`
+	// Profiles are the optimization profiles of a TensorRT plan, when
+	// known (PlanProfiles); nil for other models.
+	Profiles []Profile `json:"profiles,omitempty"`
 }
 
 // onnxToTriton maps ONNX element types to Triton data types (the ONNX
@@ -127,60 +130,84 @@ func (s Signature) Batchable() (bool, string) {
 // ValidateOutputs, CompareDimsSupported): every listed input and output must
 // exist with the same data type and a compatible shape, every required model
 // input must be listed, and max_batch_size needs a dynamic first dimension.
-// Sequence control inputs and state tensors count as listed.
+// Sequence control inputs and state tensors count as listed, and are checked
+// too: a control is an input of shape [1] and of its values' type, a state
+// an input and an output of its type and shape. When the signature carries
+// the optimization profiles of a TensorRT plan, max_batch_size must be
+// within the largest batch they take and every fixed dimension within their
+// min..max shapes.
 func CheckSignature(c *configpb.ModelConfig, sig Signature) Problems {
 	var col collector
-	model := map[string]TensorSig{}
-	for _, t := range sig.Inputs {
-		model[t.Name] = t
-	}
 	mbs := c.GetMaxBatchSize()
-	listed := map[string]bool{}
-	batchErr := false
-	if mbs > 0 {
-		var fixed []string
-		for _, in := range c.GetInput() {
-			if t, ok := model[in.GetName()]; ok && !t.Unranked && (len(t.Shape) == 0 || t.Shape[0] != WildcardDim) {
-				fixed = append(fixed, fmt.Sprintf("%s %s", in.GetName(), dimsString(t.Shape)))
-			}
-		}
-		outs := map[string]TensorSig{}
-		for _, t := range sig.Outputs {
-			outs[t.Name] = t
-		}
-		for _, out := range c.GetOutput() {
-			if t, ok := outs[out.GetName()]; ok && !t.Unranked && (len(t.Shape) == 0 || t.Shape[0] != WildcardDim) {
-				fixed = append(fixed, fmt.Sprintf("%s %s", out.GetName(), dimsString(t.Shape)))
-			}
-		}
-		if len(fixed) > 0 {
-			batchErr = true
-			col.errorf("max_batch_size", "model does not support batching while non-zero max_batch_size is specified: %s %s no dynamic first dimension; set max_batch_size: 0 and list the full shapes in dims, or re-export the model with a dynamic batch axis",
-				strings.Join(fixed, ", "), map[bool]string{true: "has", false: "have"}[len(fixed) == 1])
-		}
-	}
+	batchErr := checkBatching(&col, c, sig)
 	if n, m := len(c.GetInput()), len(sig.Inputs); n > m {
 		col.errorf("input", "configuration expects %d inputs, model provides %d (%s)", n, m, sigNames(sig.Inputs))
 	}
+	// ONNX Runtime compares only ranked tensors with dims, and takes a
+	// scalar model tensor for any dims of ones.
+	scalarOK := BackendOf(c) == BackendONNX
 	for i, in := range c.GetInput() {
-		listed[in.GetName()] = true
-		checkTensor(&col, at("input", i), "input", in.GetName(), in.GetDataType(), in.GetDims(), in.GetReshape(), mbs, sig.Inputs, batchErr)
+		checkTensor(&col, at("input", i), "input", in.GetName(), in.GetDataType(), in.GetDims(), in.GetReshape(), mbs, sig.Inputs, batchErr, scalarOK)
 	}
 	for i, out := range c.GetOutput() {
-		checkTensor(&col, at("output", i), "output", out.GetName(), out.GetDataType(), out.GetDims(), out.GetReshape(), mbs, sig.Outputs, batchErr)
+		checkTensor(&col, at("output", i), "output", out.GetName(), out.GetDataType(), out.GetDims(), out.GetReshape(), mbs, sig.Outputs, batchErr, scalarOK)
 	}
-	for i, ci := range c.GetSequenceBatching().GetControlInput() {
-		listed[ci.GetName()] = true
-		t, ok := model[ci.GetName()]
-		if !ok {
-			col.errorf(at("sequence_batching.control_input", i)+".name", "control input %q is not an input of the model; inputs are %s", ci.GetName(), sigNames(sig.Inputs))
-			continue
-		}
-		for j, ctl := range ci.GetControl() {
-			if want := controlType(ctl); want != configpb.DataType_TYPE_INVALID && want != t.DataType {
-				col.errorf(at(at("sequence_batching.control_input", i)+".control", j), "control %s sends %s values but model input %q is %s", ctl.GetKind(), want, ci.GetName(), t.DataType)
+	checkSequenceSignature(&col, c, sig, batchErr)
+	checkMissingInputs(&col, c, sig)
+	checkProfiles(&col, c, sig, batchErr)
+	return col.ps
+}
+
+// checkBatching reports a batching config for a model whose tensors have a
+// fixed first dimension (ONNX Runtime's AutoCompleteMaxBatch): the listed
+// inputs and outputs, the controls and the states.
+func checkBatching(col *collector, c *configpb.ModelConfig, sig Signature) bool {
+	if c.GetMaxBatchSize() <= 0 {
+		return false
+	}
+	var fixed []string
+	seen := map[string]bool{}
+	note := func(name string, ts []TensorSig) {
+		for _, t := range ts {
+			if t.Name == name && !seen[name] && !t.Unranked && (len(t.Shape) == 0 || t.Shape[0] != WildcardDim) {
+				seen[name] = true
+				fixed = append(fixed, fmt.Sprintf("%s %s", name, dimsString(t.Shape)))
 			}
 		}
+	}
+	for _, in := range c.GetInput() {
+		note(in.GetName(), sig.Inputs)
+	}
+	for _, out := range c.GetOutput() {
+		note(out.GetName(), sig.Outputs)
+	}
+	for _, ci := range c.GetSequenceBatching().GetControlInput() {
+		note(ci.GetName(), sig.Inputs)
+	}
+	for _, st := range c.GetSequenceBatching().GetState() {
+		note(st.GetInputName(), sig.Inputs)
+		note(st.GetOutputName(), sig.Outputs)
+	}
+	if len(fixed) == 0 {
+		return false
+	}
+	col.errorf("max_batch_size", "model does not support batching while non-zero max_batch_size is specified: %s %s no dynamic first dimension; set max_batch_size: 0 and list the full shapes in dims, or re-export the model with a dynamic batch axis",
+		strings.Join(fixed, ", "), map[bool]string{true: "has", false: "have"}[len(fixed) == 1])
+	return true
+}
+
+// checkMissingInputs reports required model inputs the config does not
+// feed: not listed, not a control, a state or a batch input.
+func checkMissingInputs(col *collector, c *configpb.ModelConfig, sig Signature) {
+	if len(c.GetInput()) == 0 && len(c.GetSequenceBatching().GetControlInput()) == 0 {
+		return
+	}
+	listed := map[string]bool{}
+	for _, in := range c.GetInput() {
+		listed[in.GetName()] = true
+	}
+	for _, ci := range c.GetSequenceBatching().GetControlInput() {
+		listed[ci.GetName()] = true
 	}
 	for _, st := range c.GetSequenceBatching().GetState() {
 		listed[st.GetInputName()] = true
@@ -190,14 +217,11 @@ func CheckSignature(c *configpb.ModelConfig, sig Signature) Problems {
 			listed[tn] = true
 		}
 	}
-	if len(c.GetInput()) > 0 || len(c.GetSequenceBatching().GetControlInput()) > 0 {
-		for _, t := range sig.Inputs {
-			if !listed[t.Name] && !t.Optional {
-				col.errorf("input", "model input %q (%s %s) is missing from the config; add it, or Triton cannot feed it", t.Name, t.DataType, shapeString(t))
-			}
+	for _, t := range sig.Inputs {
+		if !listed[t.Name] && !t.Optional {
+			col.errorf("input", "model input %q (%s %s) is missing from the config; add it, or Triton cannot feed it", t.Name, t.DataType, shapeString(t))
 		}
 	}
-	return col.ps
 }
 
 // controlType is the data type a sequence control sends.
@@ -232,7 +256,7 @@ func sigNames(ts []TensorSig) string {
 	return strings.Join(names, ", ")
 }
 
-func checkTensor(col *collector, p, kind, name string, dt configpb.DataType, dims []int64, reshape *configpb.ModelTensorReshape, mbs int32, sig []TensorSig, batchErr bool) {
+func checkTensor(col *collector, p, kind, name string, dt configpb.DataType, dims []int64, reshape *configpb.ModelTensorReshape, mbs int32, sig []TensorSig, batchErr, scalarOK bool) {
 	var t *TensorSig
 	for i := range sig {
 		if sig[i].Name == name {
@@ -253,6 +277,15 @@ func checkTensor(col *collector, p, kind, name string, dt configpb.DataType, dim
 	shape, field := dims, ".dims"
 	if reshape != nil {
 		shape, field = reshape.GetShape(), ".reshape.shape"
+	}
+	if scalarOK && len(t.Shape) == 0 {
+		for _, d := range shape {
+			if d != 1 {
+				col.errorf(p+field, "scalar tensor '%s' should only provide 1 in the model configuration when the model doesn't support batching; the configuration gives %s", name, dimsString(shape))
+				break
+			}
+		}
+		return
 	}
 	full := shape
 	if mbs > 0 {

@@ -174,6 +174,9 @@ func (v *validator) ios() {
 		if in.GetIsNonLinearFormatIo() && !isTensorRT(c) {
 			v.errorf(p+".is_non_linear_format_io", "model input '%s': non-linear IO formats are only supported by the TensorRT platform", in.GetName())
 		}
+		if in.GetOptional() && mbs != 0 && BackendOf(c) == BackendONNX {
+			v.errorf(p+".optional", "optional input '%s' is not supported by the ONNX Runtime backend for models that support batching; set max_batch_size: 0 or make the input required", in.GetName())
+		}
 		if in.GetAllowRaggedBatch() && mbs == 0 {
 			v.warnf(p+".allow_ragged_batch", "allow_ragged_batch has no effect when max_batch_size is 0")
 		}

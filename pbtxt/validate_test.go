@@ -44,6 +44,7 @@ func TestValidateRules(t *testing.T) {
 		{"compute capability", `platform: "tensorrt_plan" cc_model_filenames { key: "sm86" value: "a.plan" } ` + io, `cc_model_filenames["sm86"]`, []string{`must look like "8.6"`}},
 		{"corrid type", `backend: "onnxruntime" sequence_batching { control_input [ { name: "C" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 } ] } ] } ` + io, "sequence_batching.control_input[0].control[0].data_type", []string{"TYPE_UINT64"}},
 		{"false true length", `backend: "onnxruntime" sequence_batching { control_input [ { name: "S" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1, 2 ] } ] } ] } ` + io, "sequence_batching.control_input[0].control[0]", []string{"exactly 2 entries"}},
+		{"optional input with batching", `backend: "onnxruntime" max_batch_size: 2 input [ { name: "x" data_type: TYPE_FP32 dims: [ 3 ] optional: true } ] output [ { name: "y" data_type: TYPE_FP32 dims: [ 3 ] } ]`, "input[0].optional", []string{"optional input 'x' is not supported by the ONNX Runtime backend for models that support batching"}},
 		{"label path", `backend: "onnxruntime" input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ] output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] label_filename: "../l.txt" } ]`, "output[0].label_filename", []string{"without '/'"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
