@@ -29,9 +29,16 @@ type Result struct {
 	Size       int64
 }
 
-// BuildError reports a trtexec run that produced no engine.
+// BuildError reports a trtexec run that failed: a build that produced no
+// engine (Tool.Build), or an inference run on an engine that did not pass
+// (Tool.Infer, with Engine set).
 type BuildError struct {
-	ONNX    string
+	// ONNX is the model a build was building.
+	ONNX string
+	// Engine is the engine an inference run was running; empty for builds.
+	Engine string
+	// Version is the TensorRT release that ran; zero when unknown (an
+	// inference run whose log has no banner).
 	Version manifest.TRTVersion
 	// Status is trtexec's verdict; unknown when it stopped without one.
 	Status Status
@@ -39,7 +46,8 @@ type BuildError struct {
 	Errors []string
 	// Tail holds the last lines of the log when it has no [E] lines.
 	Tail []string
-	// LogPath is the full log.
+	// LogPath is the full log; empty when it was not kept (an inference
+	// run without InferSpec.LogPath).
 	LogPath string
 	// Err is the underlying failure: an *execx.ToolError for a non-zero
 	// exit, a signal, a timeout or a cancellation; nil when trtexec exited
@@ -47,11 +55,19 @@ type BuildError struct {
 	Err error
 }
 
-// Error names the TensorRT release, the model, how trtexec ended, the log's
-// error lines (or its last lines) and where the full log is.
+// Error names the TensorRT release, the model or engine, how trtexec ended,
+// the log's error lines (or its last lines) and where the full log is.
 func (e *BuildError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "trtexec (TensorRT %s) building %s: ", e.Version, e.ONNX)
+	b.WriteString("trtexec")
+	if !e.Version.IsZero() {
+		fmt.Fprintf(&b, " (TensorRT %s)", e.Version)
+	}
+	if e.Engine != "" {
+		fmt.Fprintf(&b, " running %s: ", e.Engine)
+	} else {
+		fmt.Fprintf(&b, " building %s: ", e.ONNX)
+	}
 	switch {
 	case e.Err != nil:
 		// The tool error says exit code, signal or timeout; its stderr tail

@@ -192,22 +192,48 @@ func (t *Tool) prepare(ctx context.Context, spec Spec) (*job, error) {
 	return j, nil
 }
 
-// run runs trtexec with its console log going to j.logPath and parses the
-// log. A failed run is recorded in j, not returned: the log says why; only
-// a missing trtexec and a log that cannot be kept are errors here.
+// run runs the build's trtexec and records how it ended in j. A failed run
+// is recorded, not returned: the log says why; only a missing trtexec and a
+// log that cannot be kept are errors here.
 func (t *Tool) run(ctx context.Context, j *job) error {
 	timeout := j.spec.Timeout
 	if timeout == 0 {
 		timeout = t.Timeout
 	}
 	t.logger().Debug("running trtexec", "tool", t.path(), "path", j.spec.Plan, "args", j.args)
+	out, err := t.runLogged(ctx, j.args, j.logPath, timeout)
+	if err != nil {
+		var nf *execx.NotFoundError
+		if errors.As(err, &nf) {
+			return err
+		}
+		return j.wrap(err)
+	}
+	j.runErr, j.duration, j.log = out.err, out.duration, out.log
+	return nil
+}
+
+// logged is a finished trtexec run whose console log was kept.
+type logged struct {
+	// err is how the run failed (an *execx.ToolError: exit status, signal,
+	// timeout, cancellation); nil when trtexec exited 0.
+	err      error
+	duration time.Duration
+	log      *Log
+}
+
+// runLogged runs trtexec with args, its console log going to logPath, and
+// parses the log. A failed run is in logged.err, not returned: the log says
+// why. The errors returned are a missing trtexec (*execx.NotFoundError,
+// as it is) and a log that cannot be kept or read.
+func (t *Tool) runLogged(ctx context.Context, args []string, logPath string, timeout time.Duration) (logged, error) {
 	var res *execx.Result
 	var runErr error
 	// The log is written atomically, so a log next to a plan is always
-	// that plan's whole log; it is kept for failed builds too.
-	err := atomicfile.Write(j.logPath, 0o644, func(w io.Writer) error {
+	// that plan's whole log; it is kept for failed runs too.
+	err := atomicfile.Write(logPath, 0o644, func(w io.Writer) error {
 		out := &countingWriter{w: w}
-		res, runErr = t.runner().Run(ctx, execx.Cmd{Path: t.path(), Args: j.args, Timeout: timeout,
+		res, runErr = t.runner().Run(ctx, execx.Cmd{Path: t.path(), Args: args, Timeout: timeout,
 			Output: out, OnLine: t.OnLine})
 		var nf *execx.NotFoundError
 		if errors.As(runErr, &nf) {
@@ -223,18 +249,18 @@ func (t *Tool) run(ctx context.Context, j *job) error {
 	var nf *execx.NotFoundError
 	switch {
 	case errors.As(err, &nf):
-		return err
+		return logged{}, err
 	case err != nil:
-		return j.wrap(fmt.Errorf("saving the log: %w", err))
+		return logged{}, fmt.Errorf("saving the log: %w", err)
 	}
+	out := logged{err: runErr}
 	if res != nil {
-		j.duration = res.Duration
+		out.duration = res.Duration
 	}
-	j.runErr = runErr
-	if j.log, err = parseLogFile(j.logPath); err != nil {
-		return j.wrap(err)
+	if out.log, err = parseLogFile(logPath); err != nil {
+		return logged{}, err
 	}
-	return nil
+	return out, nil
 }
 
 // countingWriter counts the bytes written through it.
@@ -261,13 +287,21 @@ func (j *job) verdict() error {
 }
 
 func (j *job) buildError(err error) *BuildError {
-	be := &BuildError{ONNX: j.spec.ONNX, Version: j.version, Status: j.log.Status, LogPath: j.logPath, Err: err}
-	be.Errors = j.log.Errors
+	be := runError(j.log, j.logPath, err)
+	be.ONNX, be.Version = j.spec.ONNX, j.version
+	return be
+}
+
+// runError describes a trtexec run that failed from its parsed log: the
+// log's first error lines, or its last lines when it has none.
+func runError(l *Log, logPath string, err error) *BuildError {
+	be := &BuildError{Status: l.Status, LogPath: logPath, Err: err}
+	be.Errors = l.Errors
 	if len(be.Errors) > maxErrorLines {
 		be.Errors = be.Errors[:maxErrorLines]
 	}
 	if len(be.Errors) == 0 {
-		be.Tail = logTail(j.logPath, maxTailLines)
+		be.Tail = logTail(logPath, maxTailLines)
 	}
 	return be
 }

@@ -19,6 +19,17 @@
 // the real help text with the banner version of the log. Every argv it gets
 // is appended as a JSON line to TRTEXEC_DOUBLE_ARGV.
 //
+// For an inference run (--loadEngine) it reads every --loadInputs file,
+// splitting the spec as trtexec 10.x does, and fails (exit 2, before
+// replaying anything) when one is missing or empty; it cannot check their
+// sizes, not knowing the engine. It appends the files' bytes by input name
+// as a JSON line to TRTEXEC_DOUBLE_INPUTS, so that a test can check the
+// encoding. When the log PASSED it writes --exportOutput by copying the file
+// TRTEXEC_DOUBLE_OUTPUTS names: outputs the test wrote itself. Those values
+// do NOT come from TensorRT, and the replayed log is not changed to match
+// them or the inputs: its lines about inputs, bindings and dumped outputs
+// stay those of the captured run.
+//
 // TRTEXEC_DOUBLE_MODE changes the ending: "hang" writes part of an engine
 // and then sleeps (a stuck build), "crash" writes part of an engine and
 // kills itself with SIGKILL, "noplan" passes without writing an engine.
@@ -50,6 +61,8 @@ const (
 	doubleArgvEnv    = "TRTEXEC_DOUBLE_ARGV"
 	doubleModeEnv    = "TRTEXEC_DOUBLE_MODE"
 	doubleHelpEnv    = "TRTEXEC_DOUBLE_HELP"
+	doubleInputsEnv  = "TRTEXEC_DOUBLE_INPUTS"
+	doubleOutputsEnv = "TRTEXEC_DOUBLE_OUTPUTS"
 )
 
 // PlanContent is what the double writes as an "engine".
@@ -96,10 +109,11 @@ func trtexecDouble(args []string) int {
 	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
 		return help(rewrite)
 	}
-	save := ""
-	for _, a := range args {
-		if v, ok := strings.CutPrefix(a, "--saveEngine="); ok {
-			save = v
+	save := flagValue(args, "--saveEngine")
+	if flagValue(args, "--loadEngine") != "" {
+		if err := readInputs(flagValue(args, "--loadInputs")); err != nil {
+			fmt.Fprintln(os.Stderr, "trtexec double:", err)
+			return 2
 		}
 	}
 	mode := os.Getenv(doubleModeEnv)
@@ -107,6 +121,58 @@ func trtexecDouble(args []string) int {
 		return 1
 	}
 	return writeOutputs(args, save, mode)
+}
+
+// flagValue returns the value of the last --flag=value in args.
+func flagValue(args []string, flag string) string {
+	v := ""
+	for _, a := range args {
+		if s, ok := strings.CutPrefix(a, flag+"="); ok {
+			v = s
+		}
+	}
+	return v
+}
+
+// readInputs reads the files of a --loadInputs spec and records their
+// bytes. The spec is split as trtexec 10.x splits it (sampleOptions.cpp
+// splitNameAndValue): items on ',', then a 'quoted' name before ":file",
+// else the name before the last ':'.
+func readInputs(spec string) error {
+	got := map[string][]byte{}
+	for item := range strings.SplitSeq(spec, ",") {
+		if item == "" {
+			continue
+		}
+		var name, file string
+		if parts := strings.Split(item, "'"); len(parts) == 3 && strings.HasPrefix(parts[2], ":") {
+			name, file = parts[0]+parts[1], parts[2][1:]
+		} else if i := strings.LastIndexByte(item, ':'); i >= 0 && len(parts) == 1 {
+			name, file = item[:i], item[i+1:]
+		} else {
+			return fmt.Errorf("--loadInputs item %q is not name:file", item)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("input %q: %w", name, err)
+		}
+		if len(b) == 0 {
+			return fmt.Errorf("input %q: file %s is empty", name, file)
+		}
+		got[name] = b
+	}
+	if f := os.Getenv(doubleInputsEnv); f != "" {
+		b, _ := json.Marshal(got)
+		fh, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		if _, err := fh.Write(append(b, '\n')); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // help prints the corpus's --help text.
@@ -154,8 +220,18 @@ func replay(lines []string, rewrite func(string) string, save, mode string) stri
 }
 
 // writeOutputs writes the engine and the layer information a passed build
-// leaves.
+// leaves, and the outputs a passed inference exports.
 func writeOutputs(args []string, save, mode string) int {
+	if out := flagValue(args, "--exportOutput"); out != "" && flagValue(args, "--loadEngine") != "" {
+		b, err := os.ReadFile(os.Getenv(doubleOutputsEnv))
+		if err == nil {
+			err = os.WriteFile(out, b, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "trtexec double: --exportOutput needs Double.Outputs:", err)
+			return 2
+		}
+	}
 	if save != "" && mode != "noplan" {
 		if err := os.WriteFile(save, []byte(PlanContent), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "trtexec double:", err)
@@ -181,6 +257,11 @@ type Double struct {
 	Version string
 	// Mode is "", "hang", "crash" or "noplan".
 	Mode string
+	// Outputs is a JSON file in trtexec's --exportOutput layout, which the
+	// double copies to --exportOutput after an inference run that passed.
+	// The test writes it with the values it expects (they do not come from
+	// TensorRT); a relative path is taken from the test's directory.
+	Outputs string
 }
 
 // Install makes the test binary act as trtexec for the rest of the test,
@@ -205,14 +286,48 @@ func (d Double) Install(t *testing.T) (exe, argvFile string) {
 		}
 		return a
 	}
+	outputs := d.Outputs
+	if outputs != "" {
+		outputs = abs(outputs)
+	}
 	argvFile = filepath.Join(t.TempDir(), "argv.jsonl")
 	t.Setenv(doubleEnv, "1")
+	t.Setenv(doubleInputsEnv, inputsFile(argvFile))
+	t.Setenv(doubleOutputsEnv, outputs)
 	t.Setenv(doubleLogEnv, abs(logPath))
 	t.Setenv(doubleHelpEnv, abs(help))
 	t.Setenv(doubleArgvEnv, argvFile)
 	t.Setenv(doubleVersionEnv, d.Version)
 	t.Setenv(doubleModeEnv, d.Mode)
 	return exe, argvFile
+}
+
+func inputsFile(argvFile string) string {
+	return strings.TrimSuffix(argvFile, ".jsonl") + ".inputs.jsonl"
+}
+
+// RecordedInputs returns, for every inference run (--loadEngine) the double
+// received, in order, the bytes of each --loadInputs file by input name
+// (an empty map for a run without --loadInputs); argvFile is the file
+// Install returned.
+func RecordedInputs(t *testing.T, argvFile string) []map[string][]byte {
+	t.Helper()
+	b, err := os.ReadFile(inputsFile(argvFile))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []map[string][]byte
+	for line := range strings.Lines(string(b)) {
+		var m map[string][]byte
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, m)
+	}
+	return all
 }
 
 // RecordedArgv returns every argv the double received, in order.
