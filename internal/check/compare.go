@@ -1,0 +1,115 @@
+package check
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/kiln-ml/kiln/onnx"
+)
+
+// RunError says that a model did not run on a feed: the artifact failed to
+// produce outputs, which is a failed check, not a tool failure.
+type RunError struct {
+	Samples []string
+	Err     error
+}
+
+func (e *RunError) Error() string {
+	return fmt.Sprintf("running on %s: %v", sampleRange(e.Samples), e.Err)
+}
+
+// Unwrap returns the runtime's error.
+func (e *RunError) Unwrap() error { return e.Err }
+
+// Reference holds the reference model's outputs on a set of feeds, so that
+// every candidate is compared with one run of the reference.
+type Reference struct {
+	Feeds   []Feed
+	Outputs []string
+	results []map[string]*onnx.Tensor
+}
+
+// RunReference runs ref on every feed and keeps the named outputs (every
+// output ref returns when outputs is nil).
+func RunReference(ctx context.Context, ref Runner, feeds []Feed, outputs []string) (*Reference, error) {
+	r := &Reference{Feeds: feeds, Outputs: outputs}
+	for _, f := range feeds {
+		res, err := ref.Run(ctx, f.Tensors)
+		if err != nil {
+			return nil, &RunError{Samples: f.IDs, Err: err}
+		}
+		if r.Outputs == nil {
+			r.Outputs = slices.Sorted(maps.Keys(res))
+		}
+		for _, o := range r.Outputs {
+			if res[o] == nil {
+				return nil, fmt.Errorf("the reference gave no output %q", o)
+			}
+		}
+		r.results = append(r.results, res)
+	}
+	return r, nil
+}
+
+// Result is the comparison of one candidate with the reference.
+type Result struct {
+	Samples    int                   `json:"samples"`
+	Outputs    []Metrics             `json:"outputs"`
+	Thresholds map[string]Thresholds `json:"thresholds"`
+	Failures   []Failure             `json:"failures,omitempty"`
+}
+
+// Passed reports whether every output met its thresholds.
+func (r *Result) Passed() bool { return len(r.Failures) == 0 }
+
+// Compare runs cand on the reference's feeds and compares every output
+// the reference kept, judging output o against thresholds(o). A feed cand
+// cannot run on is a *RunError; an output cand does not give, or gives
+// with another shape or type, is an error naming it.
+func (r *Reference) Compare(ctx context.Context, cand Runner, thresholds func(output string) Thresholds) (*Result, error) {
+	res := &Result{Thresholds: map[string]Thresholds{}}
+	accs := make([]*Accumulator, len(r.Outputs))
+	for i, f := range r.Feeds {
+		got, err := cand.Run(ctx, f.Tensors)
+		if err != nil {
+			return nil, &RunError{Samples: f.IDs, Err: err}
+		}
+		for j, o := range r.Outputs {
+			want := r.results[i][o]
+			if got[o] == nil {
+				return nil, fmt.Errorf("output %q: the model gave no such output", o)
+			}
+			if accs[j] == nil {
+				th := thresholds(o)
+				res.Thresholds[o] = th
+				accs[j] = NewAccumulator(o, KindOf(want.Dims, f.Batched), th)
+			}
+			if err := accs[j].Add(want, got[o], f.IDs, f.Batched); err != nil {
+				return nil, err
+			}
+		}
+		res.Samples += len(f.IDs)
+	}
+	for j, a := range accs {
+		if a == nil {
+			continue
+		}
+		m := a.Metrics()
+		res.Outputs = append(res.Outputs, m)
+		res.Failures = append(res.Failures, Judge(m, res.Thresholds[r.Outputs[j]])...)
+	}
+	return res, nil
+}
+
+// sampleRange names the samples of a feed for messages.
+func sampleRange(ids []string) string {
+	switch len(ids) {
+	case 0:
+		return "no samples"
+	case 1:
+		return "sample " + ids[0]
+	}
+	return fmt.Sprintf("samples %s..%s", ids[0], ids[len(ids)-1])
+}
