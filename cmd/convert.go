@@ -16,6 +16,7 @@ import (
 
 	"github.com/kiln-ml/kiln/calibrate"
 	"github.com/kiln-ml/kiln/convert"
+	"github.com/kiln-ml/kiln/dataset"
 	"github.com/kiln-ml/kiln/internal/execx"
 	"github.com/kiln-ml/kiln/internal/trtexec"
 	"github.com/kiln-ml/kiln/manifest"
@@ -28,6 +29,8 @@ type convertOptions struct {
 	file        string
 	calibDir    string
 	calib       calibrateOptions // --calib-data and friends: calibrate on the fly
+	check       feedFlags        // --check-data and friends: what the variants are checked with
+	checkData   dataset.Spec
 	int8Mode    string
 	hwCompat    string
 	optLevel    int
@@ -50,6 +53,11 @@ func (o *convertOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVarP(&o.file, "file", "f", "", "pipeline `FILE`: its model:, repository: and variants: are used where no argument or flag gives them")
 	f.StringVar(&o.calibDir, "calib-dir", "", "the -o `DIR` of kiln calibrate (model.int8.onnx, calibration.cache, ranges.json) for int8 variants")
 	o.calib.addDataFlags(f, "calib-")
+	f.StringVar(&o.checkData.Path, "check-data", "", "data every ONNX variant is checked with before it is recorded (default: the calibration's validation split, else seeded random data, which cannot judge int8)")
+	f.Var(&parsedValue[dataset.Preprocess]{p: &o.checkData.Preprocess, typ: "spec", parse: dataset.ParsePreprocess, text: dataset.Preprocess.String},
+		"check-preprocess", "image preprocessing of --check-data (as --preprocess)")
+	o.check.addFlags(f, "check-", "8")
+	thresholdFlag(f, &o.cfg.Check.Thresholds)
 	choice(f, &o.int8Mode, "int8-mode", "", "TensorRT int8 path: qdq (from model.int8.onnx) or cache (calibration.cache, TensorRT <= 10); default qdq when available", "qdq", "cache")
 	f.BoolVar(&o.cfg.Int8.RandomRanges, "int8-random-ranges", false, "allow int8 TensorRT engines without calibration (placeholder ranges: perf-only, marked so everywhere)")
 	f.StringSliceVar(&o.cfg.FP16.OpBlockList, "fp16-block-ops", nil, "op types kept in fp32 by the fp16 rewrite (default: kiln's block list)")
@@ -96,6 +104,9 @@ found)" and kiln exits 4 (partial) unless --skip-unavailable is given.`,
 		Args: argsUsage(cobra.RangeArgs(0, 1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := o.config(args); err != nil {
+				return err
+			}
+			if err := g.initORT(); err != nil { // every ONNX variant is checked in ONNX Runtime
 				return err
 			}
 			if err := o.calibration(c, g); err != nil {
@@ -162,6 +173,15 @@ func (o *convertOptions) config(args []string) error {
 			o.cfg.TRT.TimingCacheDir = filepath.Join(ucd, "kiln", "timing")
 		}
 	}
+	feed, err := o.check.spec()
+	if err != nil {
+		return err
+	}
+	if o.checkData.Path != "" {
+		d := o.checkData
+		feed.Dataset = &d
+	}
+	o.cfg.Check.Feed = feed
 	if err := o.cfg.Validate(); err != nil {
 		return usageErr(err)
 	}
@@ -251,6 +271,10 @@ func (o *convertOptions) finish(w io.Writer, res *convert.Result, err error) err
 		return err
 	}
 	if failed := res.Failed(); len(failed) > 0 {
+		var ce *convert.CheckError
+		if errors.As(failed[0].Err, &ce) {
+			return &ExitError{Code: ExitCheck, Err: fmt.Errorf("%d of %d variants failed; first: %w", len(failed), len(res.Rows), failed[0].Err)}
+		}
 		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("%d of %d variants failed; first: %w", len(failed), len(res.Rows), failed[0].Err)}
 	}
 	if res.Partial() && !o.skipUnavail {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/internal/progress"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/ort"
@@ -20,6 +21,7 @@ import (
 type inspectOptions struct {
 	format     string
 	run        bool
+	feed       feedFlags
 	batch      int
 	iterations int
 	session    sessionFlags
@@ -32,6 +34,8 @@ func (o *inspectOptions) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.batch, "batch", 1, "with --run: size of dynamic first dimensions")
 	f.IntVar(&o.iterations, "iterations", 10, "with --run: timed runs after one warm-up")
 	o.session.addFlags(f, "with --run: ")
+	f.StringArrayVar(&o.feed.named, "input", nil, "with --run: feed an input by name: NAME=FILE.npy, NAME=FILE.pb or NAME=NUMBER (repeatable), e.g. --input sr=16000")
+	f.StringArrayVar(&o.feed.shapes, "shape", nil, "with --run: shape of an input filled with random data: NAME=DIMS, e.g. --shape x=1x3x640x640 (repeatable); a dynamic dimension other than the batch needs one")
 	progressFlag(f, &o.progress)
 }
 
@@ -96,7 +100,8 @@ func (o *inspectOptions) inspect(ctx context.Context, paths []string, report pro
 		}
 		r := inspectResult{Summary: s}
 		if o.run {
-			if r.Run, err = ort.Smoke(ctx, path, o.session.options(), o.batch, o.iterations); err != nil {
+			if r.Run, err = ort.Smoke(ctx, path, o.session.options(), o.batch, o.iterations, o.smokeInputs(ctx)); err != nil {
+				err = fmt.Errorf("running %s: %w", path, err)
 				task.Finish(err)
 				return nil, err
 			}
@@ -239,4 +244,29 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// smokeInputs builds --run's inputs from --input and --shape: named tensors
+// as given, the rest seeded random data of the given shape, the batch
+// dimension set by --batch. Without either flag it is nil (ort's
+// synthetic inputs, which fill dynamic dimensions with 1).
+func (o *inspectOptions) smokeInputs(ctx context.Context) func([]ort.IOInfo) (map[string]*onnx.Tensor, error) {
+	if len(o.feed.named) == 0 && len(o.feed.shapes) == 0 {
+		return nil
+	}
+	return func(infos []ort.IOInfo) (map[string]*onnx.Tensor, error) {
+		spec, err := o.feed.spec()
+		if err != nil {
+			return nil, err
+		}
+		spec.Samples, spec.Batch = o.batch, o.batch
+		for _, in := range infos {
+			spec.Inputs = append(spec.Inputs, in.ValueInfo())
+		}
+		feeds, _, err := check.Feeds(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		return feeds[0].Tensors, nil
+	}
 }

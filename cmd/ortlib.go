@@ -37,7 +37,15 @@ func (g *globalOptions) initORT() error {
 	for _, dir := range projectDirs() {
 		path, err := ort.FindLibrary(g.ortLib, env, dir)
 		if err == nil {
-			return ort.Init(path)
+			if err := ort.Init(path); err != nil {
+				return err
+			}
+			if g.routeORTLogs {
+				if err := ort.RouteLogs(g.logger); err != nil {
+					g.logger(os.Stderr).Debug("ONNX Runtime's log lines stay raw on stderr", "err", err)
+				}
+			}
+			return nil
 		}
 		lastErr = err
 		if g.ortLib != "" || env != "" {

@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kiln-ml/kiln/ort"
 )
 
 // Exit codes shared by every command.
@@ -42,12 +45,16 @@ type globalOptions struct {
 	verbose   int
 	logFormat string
 	ortLib    string
+	// routeORTLogs sends ONNX Runtime's log lines through the logger; set
+	// when the command's stderr is the process's (not in tests).
+	routeORTLogs bool
 }
 
 // New builds a fresh root command; nothing is kept in package variables so
 // tests can build as many as they like.
-func New() *cobra.Command {
-	g := &globalOptions{}
+func New() *cobra.Command { return newRoot(&globalOptions{}) }
+
+func newRoot(g *globalOptions) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "kiln",
 		Short: "Bake a trained model into a verified NVIDIA Triton deployment",
@@ -74,6 +81,7 @@ are checked with Triton's own rules.`,
 		newCalibrateCmd(g),
 		newConvertCmd(g),
 		newPbtxtCmd(g),
+		newServeCmd(g),
 		newVersionCmd(),
 	)
 	// Cobra adds its completion command when it executes; adding it here
@@ -122,7 +130,8 @@ func (g *globalOptions) logger(w io.Writer) *slog.Logger {
 // errors are recognized by type: every argument check, flag error and
 // unknown command is an *ExitError with ExitUsage.
 func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := New()
+	defer ort.FlushLogs()
+	root := newRoot(&globalOptions{routeORTLogs: stderr == io.Writer(os.Stderr)})
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

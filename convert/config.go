@@ -45,6 +45,8 @@ type Config struct {
 	Force bool
 	// ToolVersion is kiln's version, part of the cache key.
 	ToolVersion string
+	// Check says how each ONNX variant is checked before it is recorded.
+	Check CheckConfig
 }
 
 // Int8Config says what the int8 variants are made from.

@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,29 +16,31 @@ import (
 // artifact is a built model file waiting to be placed in the repository.
 type artifact struct {
 	path     string
+	file     string // the model file ONNX Runtime loads (path, or the model.onnx inside it)
 	platform string
 	build    *manifest.Build
 	calib    *manifest.Calibration
 	status   manifest.Status
 	note     string
 	extra    map[string]string // more files for the version directory
+	checks   json.RawMessage   // the check record (ONNX variants)
 }
 
 func (b *builder) onnxArtifact(v manifest.Variant) (*artifact, error) {
 	a := &artifact{platform: pbtxt.PlatformONNX, status: manifest.StatusOK, build: &manifest.Build{Tool: "kiln", ToolVersion: b.cfg.ToolVersion, Inputs: []manifest.Digest{b.src}}}
 	switch v.Precision {
 	case manifest.FP32:
-		art, _, err := b.fp32Model()
+		art, file, err := b.fp32Model()
 		if err != nil {
 			return nil, err
 		}
-		a.path = art
+		a.path, a.file = art, file
 	case manifest.FP16:
-		art, _, err := b.fp16Model()
+		art, file, err := b.fp16Model()
 		if err != nil {
 			return nil, err
 		}
-		a.path = art
+		a.path, a.file = art, file
 	case manifest.INT8:
 		cal := b.cfg.Int8.Calibration
 		if cal == nil || cal.QDQModel == "" {
@@ -47,7 +50,7 @@ func (b *builder) onnxArtifact(v manifest.Variant) (*artifact, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.path = cal.QDQModel
+		a.path, a.file = cal.QDQModel, cal.QDQModel
 		a.build.Inputs = append(a.build.Inputs, d)
 		a.calib = b.calibration()
 	}
@@ -141,7 +144,7 @@ func (b *builder) write(v manifest.Variant, model string, a *artifact) (*manifes
 		return nil, err
 	}
 	rec := &manifest.Model{Name: model, Variant: v, Source: b.src, Version: 1, Build: a.build, Calibration: a.calib,
-		Status: a.status, Note: a.note, Inputs: tensors(b.sig.Inputs), Outputs: tensors(b.sig.Outputs)}
+		Status: a.status, Note: a.note, Inputs: tensors(b.sig.Inputs), Outputs: tensors(b.sig.Outputs), Checks: a.checks}
 	files, err := listFiles(filepath.Join(b.cfg.Repo, model))
 	if err != nil {
 		return nil, err

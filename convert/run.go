@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/kiln-ml/kiln/internal/atomicfile"
@@ -146,6 +147,7 @@ type builder struct {
 	fp16     saved // the fp16 rewrite, once made
 	trtV     *manifest.TRTVersion
 	keys     map[string]manifest.Digest // cache keys by variant ID, once computed
+	checkRef *reference                 // the fp32 source's outputs on the check feeds, once run
 }
 
 // newBuilder does what comes before any variant: the model name, the label
@@ -310,6 +312,16 @@ func (b *builder) variant(ctx context.Context, v manifest.Variant) Row {
 	}
 	if err != nil {
 		return b.fail(row, start, err)
+	}
+	if v.Runtime == manifest.RuntimeONNX {
+		checks, note, err := b.checkVariant(ctx, v, model, art.file)
+		if err != nil {
+			return b.fail(row, start, err)
+		}
+		art.checks = checks
+		if note != "" {
+			art.note = strings.TrimPrefix(art.note+"; "+note, "; ")
+		}
 	}
 	rec, err := b.write(v, model, art)
 	if err != nil {

@@ -395,3 +395,19 @@ func (s *Session) runORT(ctx context.Context, in, out []ortgo.Value) error {
 	}
 	return err
 }
+
+// ValueInfo returns the input or output in the form onnx and dataset use.
+func (i IOInfo) ValueInfo() onnx.ValueInfo {
+	v := onnx.ValueInfo{Name: i.Name, Kind: i.Kind, Type: i.Type, Shape: onnx.Shape{Ranked: i.Ranked}}
+	for j, d := range i.Dims {
+		dim := onnx.Dim{Known: d >= 0}
+		if d >= 0 {
+			dim.Value = d
+		}
+		if j < len(i.Params) {
+			dim.Param = i.Params[j]
+		}
+		v.Shape.Dims = append(v.Shape.Dims, dim)
+	}
+	return v
+}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/kiln-ml/kiln/onnx"
 )
 
 // SmokeReport is the result of running a model on synthetic inputs.
@@ -32,10 +34,13 @@ type OutputReport struct {
 	Mean   float64 `json:"mean"`
 }
 
-// Smoke opens the model, feeds it SyntheticInputs and times iterations runs.
-// It proves the model loads and runs in this ONNX Runtime and reports what
-// comes out; it says nothing about accuracy.
-func Smoke(ctx context.Context, path string, opts SessionOptions, batch, iterations int) (*SmokeReport, error) {
+// Smoke opens the model, feeds it inputs (SyntheticInputs of batch when
+// inputs is nil; else what inputs builds from the session's inputs, so a
+// caller can feed real tensors by name) and times iterations runs. It
+// proves the model loads and runs in this ONNX Runtime and reports what
+// comes out; it says nothing about accuracy. Errors do not repeat the
+// path: the caller knows which model it ran.
+func Smoke(ctx context.Context, path string, opts SessionOptions, batch, iterations int, inputs func([]IOInfo) (map[string]*onnx.Tensor, error)) (*SmokeReport, error) {
 	if iterations < 1 {
 		iterations = 1
 	}
@@ -44,14 +49,17 @@ func Smoke(ctx context.Context, path string, opts SessionOptions, batch, iterati
 		return nil, err
 	}
 	defer s.Close()
-	inputs, err := SyntheticInputs(s.Inputs(), batch, 1)
+	if inputs == nil {
+		inputs = func(infos []IOInfo) (map[string]*onnx.Tensor, error) { return SyntheticInputs(infos, batch, 1) }
+	}
+	in, err := inputs(s.Inputs())
 	if err != nil {
-		return nil, fmt.Errorf("running %s: %w", path, err)
+		return nil, fmt.Errorf("preparing inputs: %w", err)
 	}
 	rep := &SmokeReport{Provider: opts.Provider.orDefault(), ORTVersion: Version(), Batch: batch, Iterations: iterations}
-	outs, err := s.Run(ctx, inputs, nil) // warm-up, and the outputs we report
+	outs, err := s.Run(ctx, in, nil) // warm-up, and the outputs we report
 	if err != nil {
-		return nil, fmt.Errorf("running %s: %w", path, err)
+		return nil, err
 	}
 	for _, info := range s.Outputs() {
 		t, ok := outs[info.Name]
@@ -80,8 +88,8 @@ func Smoke(ctx context.Context, path string, opts SessionOptions, batch, iterati
 	lat := make([]float64, 0, iterations)
 	for i := 0; i < iterations; i++ {
 		start := time.Now()
-		if _, err := s.Run(ctx, inputs, nil); err != nil {
-			return nil, fmt.Errorf("running %s: %w", path, err)
+		if _, err := s.Run(ctx, in, nil); err != nil {
+			return nil, err
 		}
 		lat = append(lat, float64(time.Since(start).Microseconds())/1000)
 	}

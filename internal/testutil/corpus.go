@@ -97,3 +97,15 @@ func NPMModel(t testing.TB, name string) string {
 	}
 	return p
 }
+
+// Images returns .cache/images/skimage, the real photographs and text scans
+// `make models` unpacks from Debian's python3-skimage, skipping the test
+// with a clear message when they are absent.
+func Images(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(RepoRoot(t), ".cache", "images", "skimage")
+	if _, err := os.Stat(filepath.Join(p, "page.png")); err != nil {
+		t.Skipf("real images not found in %s (run `make models`, which unpacks them from Debian's python3-skimage): %v", p, err)
+	}
+	return p
+}

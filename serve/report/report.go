@@ -250,20 +250,33 @@ func (r *Report) ExitCode() int {
 	}
 }
 
-// Worst is the failure with the largest relative miss, |value-threshold| /
-// |threshold|, or nil when the model has none. A miss of a zero threshold
-// (NaN counts) or a NaN value is infinitely large; ties go to the first.
+// Worst is the failure a summary shows, or nil when the model has none:
+// the one of the most telling metric (non-finite values, then the worst
+// sample's cosine, the mean cosine, top-1, top-5 and dense agreement, then
+// the magnitude and the elementwise tolerance, whose relative misses are
+// not comparable with the others'), and among those of one metric the
+// largest relative miss |value-threshold| / |threshold|. A miss of a zero
+// threshold (NaN counts) or a NaN value is infinitely large; ties go to the
+// first.
 func (m *Model) Worst() *check.Failure {
 	var worst *check.Failure
-	worstMiss := -1.0
+	worstRank, worstMiss := len(metricRank)+1, -1.0
 	for i := range m.Failures {
 		f := &m.Failures[i]
-		if miss := relMiss(f); miss > worstMiss {
-			worst, worstMiss = f, miss
+		rank := metricRank[f.Metric]
+		if rank == 0 {
+			rank = len(metricRank)
+		}
+		if miss := relMiss(f); rank < worstRank || (rank == worstRank && miss > worstMiss) {
+			worst, worstRank, worstMiss = f, rank, miss
 		}
 	}
 	return worst
 }
+
+// metricRank orders metrics for Worst, most telling first.
+var metricRank = map[string]int{"nan": 1, "inf": 2, "worst_cosine": 3, "cosine": 4, "top1_agreement": 5,
+	"top5_agreement": 6, "agreement": 7, "norm_deviation": 8, "tolerance": 9}
 
 func relMiss(f *check.Failure) float64 {
 	d := math.Abs(f.Value - f.Threshold)

@@ -64,7 +64,9 @@ func TestWorst(t *testing.T) {
 	cos := check.Failure{Output: "logits", Metric: "worst_cosine", Value: 0.981, Threshold: 0.99}
 	abs := check.Failure{Output: "logits", Metric: "tolerance", Value: 0.41, Threshold: 0.35}
 	nan := check.Failure{Output: "boxes", Metric: "nan", Value: 3, Threshold: 0} // the reference has none
-	nanCos := check.Failure{Output: "boxes", Metric: "cosine", Value: math.NaN(), Threshold: 0.99}
+	nanCos := check.Failure{Output: "boxes", Metric: "worst_cosine", Value: math.NaN(), Threshold: 0.99}
+	norm := check.Failure{Output: "probs", Metric: "norm_deviation", Value: 0.38, Threshold: 0.01}
+	cos2 := check.Failure{Output: "probs", Metric: "worst_cosine", Value: 0.5, Threshold: 0.99}
 	tests := []struct {
 		name string
 		fs   []check.Failure
@@ -72,7 +74,9 @@ func TestWorst(t *testing.T) {
 	}{
 		{"none", nil, nil},
 		{"one", []check.Failure{cos}, &cos},
-		{"largest relative miss", []check.Failure{cos, abs}, &abs}, // 0.9% vs 17%
+		{"cosine before tolerance", []check.Failure{abs, cos}, &cos}, // though 0.9% vs 17%
+		{"cosine before magnitude", []check.Failure{norm, cos}, &cos},
+		{"largest relative miss of one metric", []check.Failure{cos, cos2}, &cos2},
 		{"zero threshold is infinitely missed", []check.Failure{abs, nan}, &nan},
 		{"NaN value is infinitely missed", []check.Failure{cos, nanCos}, &nanCos},
 		{"ties go to the first", []check.Failure{nan, nanCos}, &nan},
