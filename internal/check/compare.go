@@ -84,7 +84,11 @@ func (r *Reference) Compare(ctx context.Context, cand Runner, thresholds func(ou
 			if accs[j] == nil {
 				th := thresholds(o)
 				res.Thresholds[o] = th
-				accs[j] = NewAccumulator(o, KindOf(want.Dims, f.Batched), th)
+				kind := KindOf(want.Dims, f.Batched)
+				if isState(want.Dims, f.Tensors) {
+					kind = KindOther
+				}
+				accs[j] = NewAccumulator(o, kind, th)
 			}
 			if err := accs[j].Add(want, got[o], f.IDs, f.Batched); err != nil {
 				return nil, err
@@ -101,6 +105,22 @@ func (r *Reference) Compare(ctx context.Context, cand Runner, thresholds func(ou
 		res.Failures = append(res.Failures, Judge(m, res.Thresholds[r.Outputs[j]])...)
 	}
 	return res, nil
+}
+
+// isState reports whether an output has the shape of one of the inputs
+// of rank 2 or more: recurrent state fed back (Silero's state -> stateN,
+// an LSTM's h/c), whose values are not a map to take the argmax or a mask
+// of; the elementwise metrics and cosine judge it.
+func isState(dims []int64, inputs map[string]*onnx.Tensor) bool {
+	if len(dims) < 2 {
+		return false
+	}
+	for _, t := range inputs {
+		if slices.Equal(t.Dims, dims) {
+			return true
+		}
+	}
+	return false
 }
 
 // sampleRange names the samples of a feed for messages.
