@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -36,6 +37,7 @@ type serveOptions struct {
 	trtexec    string
 	calibDir   string
 	perf       bool
+	endpoint   endpointFlags
 }
 
 // feedFlags are the flags that say what a model is fed (serve, inspect
@@ -95,6 +97,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	o.session.addFlags(f, "")
 	f.StringVar(&o.trtexec, "trtexec", "", "trtexec executable `PATH` for TensorRT plans (default: trtexec on PATH)")
 	f.StringVarP(&o.output, "output", "o", "", "`DIR` for report.json, report.md, report.html and <model>.b<batch>.perf.csv (perf_analyzer -f format)")
+	o.endpoint.addFlags(f)
 	formatFlag(f, &o.format)
 }
 
@@ -114,11 +117,16 @@ failed but some were not checked (TensorRT plans without trtexec/GPU) or not
 judged (int8 on random data).`,
 		Example: `  kiln serve models --data val/ --preprocess imagenet -o report
   kiln serve model.fp16.onnx --reference model.onnx --precision fp16 --data val.npz
-  kiln serve silero --input sr=16000 --shape input=1x512 --shape state=2x1x128`,
+  kiln serve silero --input sr=16000 --shape input=1x512 --shape state=2x1x128
+  kiln serve models --listen 127.0.0.1:8000 --metrics-listen 127.0.0.1:8002
+  kiln serve models --triton http://triton:8000 --data val/ --preprocess imagenet`,
 		Args: argsUsage(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := g.initORT(); err != nil {
 				return err
+			}
+			if o.endpoint.listen != "" {
+				return o.endpoint.listenAndServe(c.Context(), args[0], *o, g.logger(c.ErrOrStderr()), c.OutOrStdout())
 			}
 			rep, err := o.run(c.Context(), g, args[0], c.ErrOrStderr())
 			if err != nil {
@@ -189,15 +197,11 @@ func (o *serveOptions) run(ctx context.Context, g *globalOptions, subject string
 		return nil, usageErr(err)
 	}
 	log := g.logger(stderr)
-	opts := []serve.Option{serve.WithLogger(log), serve.WithRuntime(pbtxt.PlatformONNX, serve.ORT{Options: o.session.options()})}
-	// TensorRT plans run with trtexec when it is here; without it they are
-	// reported "not checked: needs GPU/TensorRT". An explicit --trtexec
-	// that is not there is an error.
-	if path, err := execx.LookPath("trtexec", o.trtexec); err == nil {
-		opts = append(opts, serve.WithRuntime(pbtxt.PlatformTensorRT, serve.Trtexec{Tool: &trtexec.Tool{Path: path, Logger: log}}))
-	} else if o.trtexec != "" {
+	opts, stop, err := o.runtimes(ctx, &cfg, log)
+	if err != nil {
 		return nil, err
 	}
+	defer stop()
 	rep, err := serve.Run(ctx, cfg, opts...)
 	if err != nil {
 		return nil, err
@@ -209,6 +213,36 @@ func (o *serveOptions) run(ctx context.Context, g *globalOptions, subject string
 		}
 	}
 	return rep, nil
+}
+
+// runtimes picks what runs each platform: ONNX Runtime for ONNX models;
+// trtexec for TensorRT plans when it is here (without it they are "not
+// checked: needs GPU/TensorRT"; an explicit --trtexec that is not there is
+// an error); or, with --triton/--start-triton, the server for both.
+func (o *serveOptions) runtimes(ctx context.Context, cfg *serve.Config, log *slog.Logger) ([]serve.Option, func(), error) {
+	opts := []serve.Option{serve.WithLogger(log), serve.WithRuntime(pbtxt.PlatformONNX, serve.ORT{Options: o.session.options()})}
+	if o.endpoint.triton != "" || o.endpoint.startTriton {
+		if cfg.Repository == "" {
+			return nil, nil, usageErr(errors.New("--triton and --start-triton check a repository, not a model file"))
+		}
+		rt, stop, err := o.endpoint.tritonRuntime(ctx, cfg.Repository, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.Device = "triton " + o.endpoint.triton
+		if o.endpoint.startTriton {
+			cfg.Device = "tritonserver started by kiln"
+		}
+		return append(opts, serve.WithRuntime(pbtxt.PlatformONNX, rt), serve.WithRuntime(pbtxt.PlatformTensorRT, rt)), stop, nil
+	}
+	path, err := execx.LookPath("trtexec", o.trtexec)
+	switch {
+	case err == nil:
+		opts = append(opts, serve.WithRuntime(pbtxt.PlatformTensorRT, serve.Trtexec{Tool: &trtexec.Tool{Path: path, Logger: log}}))
+	case o.trtexec != "":
+		return nil, nil, err
+	}
+	return opts, func() {}, nil
 }
 
 // print writes the report's summary on stdout: the Markdown tables, or the

@@ -1,7 +1,12 @@
 package cmd
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -182,5 +187,49 @@ func TestServeModelFileAgainstReference(t *testing.T) {
 	}
 	if _, errOut, code := run(t, "serve", fp16, "--perf=false"); code != ExitUsage || !strings.Contains(errOut, "--reference") {
 		t.Errorf("serve MODEL without --reference = exit %d (%s), want a usage error naming --reference", code, errOut)
+	}
+}
+
+// kiln serve --listen serves the repository until its context ends, and
+// kiln serve --triton checks the repository through it; SIGTERM (the
+// context's end) shuts the endpoint down cleanly with exit 0.
+func TestServeListenAndTritonFlag(t *testing.T) {
+	repo, calib := servedRepo(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	var errb bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Execute(ctx, []string{"serve", repo, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}, pw, &errb)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	var urls []string
+	for len(urls) < 2 && sc.Scan() {
+		if u, ok := strings.CutPrefix(sc.Text(), "serving on "); ok {
+			urls = append(urls, u)
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	if len(urls) != 2 {
+		cancel()
+		t.Fatalf("serve --listen printed %v (stderr %s), want the endpoint's and the metrics' addresses", urls, errb.String())
+	}
+	stdout, errOut, code := run(t, "serve", repo, "--triton", urls[0], "--calib-dir", calib, "--perf=false", "--format", "json")
+	if code != 0 || !strings.Contains(stdout, `"device": "triton `+urls[0]) {
+		t.Errorf("serve --triton %s = exit %d\n%s\n%s", urls[0], code, stdout, errOut)
+	}
+	resp, err := http.Get(urls[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `nv_inference_request_success{model="tinynet_onnx_int8",version="1"}`) {
+		t.Errorf("metrics endpoint after the checks:\n%.2000s\nwant per-model success counts", body)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("serve --listen after SIGTERM = exit %d (%s), want 0", code, errb.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
@@ -90,6 +91,15 @@ func artifactOf(m *pbtxt.Model, man *manifest.Manifest) (Artifact, bool) {
 	}
 	if st, err := os.Stat(a.Path); err == nil {
 		a.Size = st.Size()
+	}
+	if db := m.Config.GetDynamicBatching(); db != nil {
+		a.MaxQueueDelay = time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond
+		for _, b := range db.GetPreferredBatchSize() {
+			a.PreferredBatch = append(a.PreferredBatch, int(b))
+		}
+	}
+	for _, g := range m.Config.GetInstanceGroup() {
+		a.Instances += max(int(g.GetCount()), 1)
 	}
 	if man != nil {
 		if rec := man.Model(m.Name); rec != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/manifest"
@@ -28,6 +29,11 @@ type Artifact struct {
 	Source manifest.Digest
 	// MaxBatch is the config's max_batch_size (0: no batching).
 	MaxBatch int
+	// MaxQueueDelay and PreferredBatch are the config's dynamic batching
+	// (zero without it); Instances its instance count.
+	MaxQueueDelay  time.Duration
+	PreferredBatch []int
+	Instances      int
 	// Inputs and Outputs are the signature the config and kiln.json give.
 	Inputs, Outputs []onnx.ValueInfo
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/kiln-ml/kiln/internal/trtexec/trtexectest"
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"github.com/kiln-ml/kiln/ort"
 	"github.com/kiln-ml/kiln/pbtxt"
 	"github.com/kiln-ml/kiln/serve/report"
@@ -24,12 +25,18 @@ import (
 // testRepo writes a repository with the tinynet model as an fp32 ONNX
 // model and, when plan is set, a TensorRT plan of the same source (the
 // double's dummy engine), with a kiln.json that records both.
-func testRepo(t *testing.T, plan bool) (dir, src string) {
+func testRepo(t testing.TB, plan bool) (dir, src string) {
+	t.Helper()
+	return testRepoOf(t, testmodels.TinyNet(1), plan)
+}
+
+// testRepoOf is testRepo for another model, named tinynet all the same.
+func testRepoOf(t testing.TB, model *onnxpb.ModelProto, plan bool) (dir, src string) {
 	t.Helper()
 	ortest.Init(t)
 	dir = t.TempDir()
 	src = filepath.Join(t.TempDir(), "tinynet.onnx")
-	m := &onnx.Model{Proto: testmodels.TinyNet(1)}
+	m := &onnx.Model{Proto: model}
 	if err := m.Save(src); err != nil {
 		t.Fatal(err)
 	}
