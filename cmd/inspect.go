@@ -248,13 +248,12 @@ func humanBytes(n int64) string {
 
 // smokeInputs builds --run's inputs from --input and --shape: named tensors
 // as given, the rest seeded random data of the given shape, the batch
-// dimension set by --batch. Without either flag it is nil (ort's
-// synthetic inputs, which fill dynamic dimensions with 1).
+// dimension set by --batch. An input with a dynamic dimension other than
+// the batch needs --shape: a detector fed a 1x1 image or an audio model a
+// one-sample chunk would run, but its timings would mean nothing.
 func (o *inspectOptions) smokeInputs(ctx context.Context) func([]ort.IOInfo) (map[string]*onnx.Tensor, error) {
-	if len(o.feed.named) == 0 && len(o.feed.shapes) == 0 {
-		return nil
-	}
 	return func(infos []ort.IOInfo) (map[string]*onnx.Tensor, error) {
+		o.feed.batch = max(o.batch, 1)
 		spec, err := o.feed.spec()
 		if err != nil {
 			return nil, err

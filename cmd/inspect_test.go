@@ -130,3 +130,26 @@ func TestInspectRun(t *testing.T) {
 		t.Errorf("inspect --run outputs = %+v, want probs [3 10] finite with mean 0.1", o)
 	}
 }
+
+// inspect --run feeds inputs by name and shape: a detector with dynamic
+// spatial dimensions is refused without --shape (a 1x1 image would time
+// nothing), and Silero gets its sample rate and state by name.
+func TestInspectRunShapes(t *testing.T) {
+	det := testutil.NPMModel(t, "ch_PP-OCRv4_det_infer.onnx")
+	if _, errOut, code := run(t, "inspect", "--run", det); code == 0 || !strings.Contains(errOut, "--shape x=") {
+		t.Errorf("inspect --run of a detector without --shape = exit %d (%s), want an error asking for --shape x=...", code, errOut)
+	}
+	out, errOut, code := run(t, "inspect", "--run", "--iterations", "1", "--shape", "x=1x3x320x320", "--format", "json", det)
+	if code != 0 || !strings.Contains(out, `"shape": [
+          1,
+          1,
+          320,
+          320
+        ]`) {
+		t.Errorf("inspect --run --shape x=1x3x320x320 = exit %d (%s)\n%s\nwant the output map [1,1,320,320]", code, errOut, out)
+	}
+	vad := testutil.NPMModel(t, "silero_vad_v5.onnx")
+	if out, errOut, code := run(t, "inspect", "--run", "--input", "sr=16000", "--shape", "input=1x512", "--shape", "state=2x1x128", vad); code != 0 || !strings.Contains(out, "stateN float32 [2 1 128]") {
+		t.Errorf("inspect --run of Silero by name = exit %d (%s)\n%s", code, errOut, out)
+	}
+}
