@@ -49,16 +49,19 @@ test: ort models ## run every test (fetches what it needs first)
 	$(GO) test -count=1 ./...
 	GOEXPERIMENT= $(GO) test -count=1 -run 'AddKernels|AddRelu|Collect' ./calibrate/  # the scalar kernels too
 
-demo: ort build ## the main job on the model kiln ships: inspect, calibrate, convert, lint (output in .cache/demo)
+demo: ort build ## the main job on the model kiln ships: inspect, calibrate, convert, lint, serve (output in .cache/demo)
 	$(KILN) inspect --run testdata/tinynet.onnx
 	$(GO) run ./internal/testmodels/gen -images .cache/demo/images -n 64
 	$(KILN) calibrate testdata/tinynet.onnx --data .cache/demo/images --preprocess scale=0.00392157 -o .cache/demo/calib --progress plain
 	$(KILN) convert testdata/tinynet.onnx --repo .cache/demo/repo --precision fp32,fp16,int8 --runtime onnx,trt --max-batch 8 \
 	    --calib-dir .cache/demo/calib --labels testdata/tinynet_labels.txt --skip-unavailable --progress plain
 	$(KILN) pbtxt lint .cache/demo/repo
+	$(KILN) serve .cache/demo/repo --calib-dir .cache/demo/calib --window 200ms --skip-unavailable -o .cache/demo/report
+	@echo "report: .cache/demo/report/report.html"
 
 bench: ort ## run the benchmarks recorded in BENCHMARKS.md
-	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./onnx/ ./ort/ ./pbtxt/ ./calibrate/ ./convert/...
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./onnx/ ./ort/ ./pbtxt/ ./calibrate/ ./convert/... ./internal/check/ ./serve/kserve/
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./serve/  # ratios, each side alternated 5 times
 	bench/peakmem.sh
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
@@ -75,7 +78,7 @@ generate: ## regenerate protobuf types and testdata models (needs protoc: apt-ge
 
 check: lint test ## lint and test
 
-gpu-check: ## on a GPU machine with TensorRT: build fp32/fp16/int8 engines of testdata/tinynet.onnx and load them with trtexec
+gpu-check: ## on a GPU machine with TensorRT: build fp32/fp16/int8 engines of testdata/tinynet.onnx, load them with trtexec, check the repository with kiln serve
 	scripts/gpu-check.sh
 
 clean: ## remove build outputs (keeps .cache)

@@ -38,6 +38,7 @@ type serveOptions struct {
 	calibDir   string
 	perf       bool
 	endpoint   endpointFlags
+	skip       bool
 }
 
 // feedFlags are the flags that say what a model is fed (serve, inspect
@@ -98,6 +99,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.trtexec, "trtexec", "", "trtexec executable `PATH` for TensorRT plans (default: trtexec on PATH)")
 	f.StringVarP(&o.output, "output", "o", "", "`DIR` for report.json, report.md, report.html and <model>.b<batch>.perf.csv (perf_analyzer -f format)")
 	o.endpoint.addFlags(f)
+	f.BoolVar(&o.skip, "skip-unavailable", false, "exit 0 when the only artifacts not passed are ones this machine cannot run (TensorRT without a GPU; still reported not-checked)")
 	formatFlag(f, &o.format)
 }
 
@@ -135,7 +137,7 @@ judged (int8 on random data).`,
 			if err := o.print(c.OutOrStdout(), rep); err != nil {
 				return err
 			}
-			if code := rep.ExitCode(); code != 0 {
+			if code := rep.ExitCode(); code != 0 && !(o.skip && rep.Verdict == report.NotChecked) {
 				return &ExitError{Code: code}
 			}
 			return nil

@@ -2,7 +2,10 @@
 # GPU check: on a machine with an NVIDIA GPU, TensorRT and trtexec on PATH,
 # build fp32, fp16 and int8 TensorRT engines of the model kiln ships
 # (testdata/tinynet.onnx) through `kiln convert`, then load and time each
-# engine with `trtexec --loadEngine`. Not part of `make test`; run it with
+# engine with `trtexec --loadEngine`, and check the whole repository with
+# `kiln serve` (plans through trtexec, ONNX variants on ONNX Runtime's CUDA
+# provider, which needs KILN_ORT_LIB to name a GPU build of ONNX Runtime;
+# without one that step is skipped and says so). Not part of `make test`; run it with
 # `make gpu-check` or directly. Exits non-zero on the first failure.
 #
 # Environment: TRTEXEC (default: trtexec on PATH), KILN_ORT_LIB (as for kiln),
@@ -31,4 +34,11 @@ for plan in "$OUT"/repo/tinynet_trt_*/1/model.plan; do
         | tee "$plan.check.log" | grep -E '^&&&& (PASSED|FAILED)|Throughput|GPU Compute Time' || true
     grep -q '^&&&& PASSED' "$plan.check.log" || { echo "gpu-check: $plan failed to load" >&2; exit 1; }
 done
-echo "gpu-check: all engines built and loaded; results in $OUT"
+echo "== kiln serve: every artifact against fp32 on the calibration's validation split"
+./kiln serve "$OUT/repo" --calib-dir "$OUT/calib" --trtexec "$TRTEXEC" -o "$OUT/serve-cpu"
+if ./kiln inspect --run --device cuda testdata/tinynet.onnx >/dev/null 2>&1; then
+    ./kiln serve "$OUT/repo" --calib-dir "$OUT/calib" --trtexec "$TRTEXEC" --device cuda -o "$OUT/serve-cuda"
+else
+    echo "gpu-check: this ONNX Runtime has no CUDA provider (set KILN_ORT_LIB to a GPU build): kiln serve --device cuda skipped" >&2
+fi
+echo "gpu-check: all engines built, loaded and checked; results and reports in $OUT"
