@@ -2,10 +2,8 @@ package ort
 
 import (
 	"fmt"
-	"math/rand/v2"
 
 	"github.com/kiln-ml/kiln/onnx"
-	"github.com/x448/float16"
 )
 
 // SyntheticInputs builds one input tensor per model input for smoke runs and
@@ -17,56 +15,19 @@ func SyntheticInputs(infos []IOInfo, batch int, seed uint64) (map[string]*onnx.T
 	if batch < 1 {
 		batch = 1
 	}
-	rng := rand.New(rand.NewPCG(seed, seed+1))
 	out := make(map[string]*onnx.Tensor, len(infos))
-	for _, in := range infos {
+	for i, in := range infos {
 		if in.Kind != "tensor" {
 			return nil, fmt.Errorf("input %q is a %s; only tensor inputs can be generated", in.Name, in.Kind)
 		}
 		if !in.Ranked {
 			return nil, fmt.Errorf("input %q has no recorded rank; cannot generate data for it", in.Name)
 		}
-		dims := syntheticDims(in.Dims, batch)
-		n, err := onnx.NumElements(dims)
+		t, err := onnx.Random(in.Name, in.Type, syntheticDims(in.Dims, batch), seed+uint64(i))
 		if err != nil {
-			return nil, fmt.Errorf("input %q: %w", in.Name, err)
+			return nil, err
 		}
-		var data any
-		switch in.Type {
-		case onnx.Float:
-			d := make([]float32, n)
-			for i := range d {
-				d[i] = rng.Float32()
-			}
-			data = d
-		case onnx.Double:
-			d := make([]float64, n)
-			for i := range d {
-				d[i] = rng.Float64()
-			}
-			data = d
-		case onnx.Float16:
-			d := make([]float16.Float16, n)
-			for i := range d {
-				d[i] = float16.Fromfloat32(rng.Float32())
-			}
-			data = d
-		case onnx.BFloat16:
-			d := make([]onnx.BF16, n)
-			for i := range d {
-				d[i] = onnx.BF16From(rng.Float32())
-			}
-			data = d
-		case onnx.String:
-			data = make([]string, n)
-		default:
-			num, ok := numerics[in.Type]
-			if !ok {
-				return nil, fmt.Errorf("input %q: cannot generate %s data", in.Name, in.Type)
-			}
-			data = num.zeros(n)
-		}
-		out[in.Name] = &onnx.Tensor{Name: in.Name, Type: in.Type, Dims: dims, Data: data}
+		out[in.Name] = t
 	}
 	return out, nil
 }

@@ -58,13 +58,16 @@ func (r *runner) checkGroup(ctx context.Context, rep *report.Report, g group, pr
 		}
 		return nil
 	}
-	sess, err := ort.NewSession(g.ref.Path, r.refOptions)
-	if err != nil {
+	refFailed := func(what string, err error) {
 		for _, a := range g.members {
 			m := modelOf(a, g.ref.Name)
-			m.Verdict, m.Reason = report.Errored, fmt.Sprintf("the fp32 reference %s did not load: %v", g.ref.Name, err)
+			m.Verdict, m.Reason = report.Errored, fmt.Sprintf("the fp32 reference %s did not %s: %v", g.ref.Name, what, err)
 			rep.Models = append(rep.Models, m)
 		}
+	}
+	sess, err := ort.NewSession(g.ref.Path, r.refOptions)
+	if err != nil {
+		refFailed("load", err)
 		return nil
 	}
 	defer sess.Close()
@@ -79,11 +82,7 @@ func (r *runner) checkGroup(ctx context.Context, rep *report.Report, g group, pr
 	}
 	ref, err := check.RunReference(ctx, ortSession{sess}, feeds, nil)
 	if err != nil {
-		for _, a := range g.members {
-			m := modelOf(a, g.ref.Name)
-			m.Verdict, m.Reason = report.Errored, fmt.Sprintf("the fp32 reference %s did not run: %v", g.ref.Name, err)
-			rep.Models = append(rep.Models, m)
-		}
+		refFailed("run", err)
 		return nil
 	}
 	for _, a := range g.members {

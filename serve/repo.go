@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,7 +51,7 @@ func readRepository(dir string, only []string) (*repository, error) {
 		r.problems[name] = append(r.problems[name], p)
 	}
 	for _, m := range repo.Models {
-		if len(only) > 0 && !contains(only, m.Name) {
+		if len(only) > 0 && !slices.Contains(only, m.Name) {
 			continue
 		}
 		a, ok := artifactOf(m, r.manifest)
@@ -60,7 +61,7 @@ func readRepository(dir string, only []string) (*repository, error) {
 	}
 	if r.manifest != nil {
 		for _, rec := range r.manifest.Models {
-			if repo.Model(rec.Name) == nil && (len(only) == 0 || contains(only, rec.Name)) {
+			if repo.Model(rec.Name) == nil && (len(only) == 0 || slices.Contains(only, rec.Name)) {
 				r.unbuilt = append(r.unbuilt, rec)
 			}
 		}
@@ -163,15 +164,6 @@ func modelOfProblem(dir, file string) string {
 		return ""
 	}
 	return first
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // onnxType is the ONNX element type of a Triton data type.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -285,43 +284,7 @@ func randomTensor(in onnx.ValueInfo, shape []int64, batch int, batched bool, see
 			}
 		}
 	}
-	n, err := onnx.NumElements(dims)
-	if err != nil {
-		return nil, fmt.Errorf("input %q: %w", in.Name, err)
-	}
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	var data any
-	switch in.Type {
-	case onnx.Float:
-		d := make([]float32, n)
-		for i := range d {
-			d[i] = rng.Float32()
-		}
-		data = d
-	case onnx.Double:
-		d := make([]float64, n)
-		for i := range d {
-			d[i] = rng.Float64()
-		}
-		data = d
-	case onnx.Float16:
-		d := make([]float16.Float16, n)
-		for i := range d {
-			d[i] = float16.Fromfloat32(rng.Float32())
-		}
-		data = d
-	default:
-		z, err := onnx.NewTensor(in.Name, dims, make([]float64, n))
-		if err != nil {
-			return nil, err
-		}
-		t, err := convertTo(z, in.Type)
-		if err != nil {
-			return nil, fmt.Errorf("input %q: cannot make random %s data: %w", in.Name, in.Type, err)
-		}
-		return t, nil
-	}
-	return &onnx.Tensor{Name: in.Name, Type: in.Type, Dims: dims, Data: data}, nil
+	return onnx.Random(in.Name, in.Type, dims, seed)
 }
 
 // names lists the input names of sig for messages.

@@ -40,22 +40,18 @@ type Report struct {
 }
 
 // DataKind says where the inputs of a check came from, and so how far its
-// accuracy verdicts can be trusted.
-type DataKind string
+// accuracy verdicts can be trusted: check's kinds.
+type DataKind = check.DataKind
 
-// Data kinds.
+// Data kinds (see check.DataKind): a dataset the user named (--data), the
+// part of the calibration data calibrate held out, explicit input tensors
+// (--input), or seeded random data in each input's shape and type, which
+// shows that a model runs and how close fp16 stays, but cannot judge int8.
 const (
-	// KindDataset is a dataset the user named (--data).
-	KindDataset DataKind = "dataset"
-	// KindValidationSplit is the part of the calibration data that
-	// calibrate held out and did not calibrate on.
-	KindValidationSplit DataKind = "validation-split"
-	// KindInputs is explicit input tensors the user gave (--inputs).
-	KindInputs DataKind = "inputs"
-	// KindRandom is seeded random data in each input's shape and type: it
-	// shows that a model runs and how close fp16 stays, but it cannot judge
-	// int8, whose ranges come from real data.
-	KindRandom DataKind = "random"
+	KindDataset         = check.DataDataset
+	KindValidationSplit = check.DataValidation
+	KindInputs          = check.DataInputs
+	KindRandom          = check.DataRandom
 )
 
 // Data is what the models were fed.
