@@ -109,3 +109,17 @@ func Images(t testing.TB) string {
 	}
 	return p
 }
+
+// BackendSuite returns the directory of ONNX 1.12's backend test suite as
+// Debian's libonnx-testdata installs it (node/, pytorch-converted/,
+// pytorch-operator/, simple/: each test a directory with model.onnx and
+// test_data_set_N/), skipping the test with a clear message when it is
+// absent.
+func BackendSuite(t testing.TB) string {
+	t.Helper()
+	const dir = "/usr/share/libonnx-testdata/data"
+	if _, err := os.Stat(filepath.Join(dir, "node")); err != nil {
+		t.Skipf("ONNX backend test suite not found in %s (apt-get install libonnx-testdata; CI installs it in .ci/run): %v", dir, err)
+	}
+	return dir
+}
