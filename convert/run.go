@@ -50,6 +50,17 @@ func (r *Result) Partial() bool {
 	return false
 }
 
+// recordedAny reports whether a row put something into the manifest: a
+// variant built, reused or recorded as needing a GPU.
+func (r *Result) recordedAny() bool {
+	for _, row := range r.Rows {
+		if row.Status != manifest.StatusFailed {
+			return true
+		}
+	}
+	return false
+}
+
 // Failed returns the rows that failed.
 func (r *Result) Failed() []Row {
 	var out []Row
@@ -111,8 +122,13 @@ func Run(ctx context.Context, cfg Config, opts ...Option) (*Result, error) {
 		}
 	}
 	// The manifest goes last and describes only complete model directories.
-	if err := writeManifest(cfg.Repo, b.man); err != nil && runErr == nil {
-		runErr = fmt.Errorf("writing %s: %w", manifest.FileName, err)
+	// A run that built and recorded nothing leaves the repository as it was.
+	if res.recordedAny() {
+		if err := writeManifest(cfg.Repo, b.man); err != nil && runErr == nil {
+			runErr = fmt.Errorf("writing %s: %w", manifest.FileName, err)
+		}
+	} else if b.created {
+		os.Remove(cfg.Repo) // only if it is still empty
 	}
 	task.Finish(runErr)
 	return res, runErr
@@ -148,6 +164,7 @@ type builder struct {
 	trtV     *manifest.TRTVersion
 	keys     map[string]manifest.Digest // cache keys by variant ID, once computed
 	checkRef *reference                 // the fp32 source's outputs on the check feeds, once run
+	created  bool                       // the run made the repository directory
 }
 
 // newBuilder does what comes before any variant: the model name, the label
@@ -176,13 +193,23 @@ func newBuilder(ctx context.Context, cfg Config, c collaborators) (*builder, err
 	} else if err != nil {
 		return nil, err
 	}
+	if errors.Is(err, os.ErrNotExist) {
+		if err := checkEmpty(cfg.Repo); err != nil {
+			return nil, err
+		}
+	}
 	man.Tool = "kiln " + cfg.ToolVersion
-	if man.Source, err = sourceRecord(cfg.Source, b.name, man.Source, cfg.Force); err != nil {
+	src, err := sourceRecord(cfg.Source, b.name, man.SourceNamed(b.name), cfg.Force)
+	if err != nil {
 		return nil, err
 	}
-	b.man, b.src = man, man.Source.Digest
+	man.PutSource(src)
+	b.man, b.src = man, src.Digest
 	if err := b.checkVariants(ctx); err != nil {
 		return nil, err
+	}
+	if _, err := os.Stat(cfg.Repo); errors.Is(err, os.ErrNotExist) {
+		b.created = true
 	}
 	if err := os.MkdirAll(cfg.Repo, 0o755); err != nil {
 		return nil, err
@@ -345,6 +372,31 @@ func (b *builder) fail(row Row, start time.Time, err error) Row {
 	row.Duration = time.Since(start)
 	b.log.Info("variant failed", "variant", row.Variant.ID(), "err", err) // the result table and exit status report it
 	return row
+}
+
+// RepoError says that the repository directory cannot be written: it is
+// not empty and not a kiln repository (it has no kiln.json), so kiln would
+// mix its models with files it does not know.
+type RepoError struct {
+	Dir    string
+	Reason string
+}
+
+func (e *RepoError) Error() string { return fmt.Sprintf("repository %s: %s", e.Dir, e.Reason) }
+
+// checkEmpty refuses an existing, non-empty directory without kiln.json.
+func checkEmpty(dir string) error {
+	es, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return &RepoError{Dir: dir, Reason: err.Error()}
+	case len(es) > 0:
+		return &RepoError{Dir: dir, Reason: fmt.Sprintf("it holds %d entries (%s, ...) and no %s, so it is not a kiln repository; give a new or empty directory, or one kiln convert wrote",
+			len(es), es[0].Name(), manifest.FileName)}
+	}
+	return nil
 }
 
 // sourceRecord describes the source file, reusing the digest of the last

@@ -254,10 +254,38 @@ type Build struct {
 
 // Manifest is kiln.json.
 type Manifest struct {
-	SchemaVersion int      `json:"schema_version"`
-	Tool          string   `json:"tool"`
-	Source        *Source  `json:"source,omitempty"`
-	Models        []*Model `json:"models"`
+	SchemaVersion int    `json:"schema_version"`
+	Tool          string `json:"tool"`
+	// Source is the single source record kiln wrote before a repository
+	// could hold several; Read moves it into Sources.
+	Source *Source `json:"source,omitempty"`
+	// Sources are the source models of the repository's models, one per
+	// base model name; each Model names its own by digest.
+	Sources []*Source `json:"sources,omitempty"`
+	Models  []*Model  `json:"models"`
+}
+
+// SourceNamed returns the source record of the base model name, or nil.
+func (m *Manifest) SourceNamed(name string) *Source {
+	for _, s := range m.Sources {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// PutSource adds or replaces the source record of s.Name, keeping Sources
+// sorted by name.
+func (m *Manifest) PutSource(s *Source) {
+	for i, old := range m.Sources {
+		if old.Name == s.Name {
+			m.Sources[i] = s
+			return
+		}
+	}
+	m.Sources = append(m.Sources, s)
+	sort.Slice(m.Sources, func(i, j int) bool { return m.Sources[i].Name < m.Sources[j].Name })
 }
 
 // New returns an empty manifest written by the given tool version.
@@ -333,6 +361,12 @@ func Read(path string) (*Manifest, error) {
 	}
 	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if m.Source != nil {
+		if m.SourceNamed(m.Source.Name) == nil {
+			m.PutSource(m.Source)
+		}
+		m.Source = nil
 	}
 	return m, nil
 }
