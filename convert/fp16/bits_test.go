@@ -50,12 +50,14 @@ func TestHalfRawMatchesHalf(t *testing.T) {
 	for i, v := range vals {
 		binary.LittleEndian.PutUint32(src[4*i:], math.Float32bits(v))
 	}
-	dst, c, f := l.halfRaw(src)
+	dst, c, f, big := l.halfRaw(src)
 	var wc, wf int
+	var wbig float32
 	for i, v := range vals {
 		h, cl, fl := l.half(v)
 		if cl {
 			wc++
+			wbig = max(wbig, float32(math.Abs(float64(v))))
 		}
 		if fl {
 			wf++
@@ -65,7 +67,7 @@ func TestHalfRawMatchesHalf(t *testing.T) {
 			t.Fatalf("halfRaw(%g) = %#04x, half = %#04x", v, got, h.Bits())
 		}
 	}
-	if c != wc || f != wf {
-		t.Errorf("halfRaw counts = %d clamped %d flushed, want %d %d", c, f, wc, wf)
+	if c != wc || f != wf || big != wbig {
+		t.Errorf("halfRaw counts = %d clamped %d flushed (largest %g), want %d %d (%g)", c, f, big, wc, wf, wbig)
 	}
 }

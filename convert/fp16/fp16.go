@@ -1,7 +1,6 @@
 package fp16
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -26,6 +25,10 @@ type Options struct {
 	OpBlockList []string
 	// NodeBlockList lists node names kept in float32.
 	NodeBlockList []string
+	// Analysis, from Analyze on the same model, adds the nodes it keeps
+	// (KeptNode.Node, labels of main-graph nodes) to NodeBlockList. Convert
+	// refuses an analysis naming a node the model does not have.
+	Analysis *Analysis
 	// MinPositive is the smallest magnitude a non-zero value keeps; 0 means
 	// 5.96e-08 (the smallest float16 subnormal).
 	MinPositive float64
@@ -34,15 +37,26 @@ type Options struct {
 	MaxFinite float64
 }
 
-// DefaultBlockList is onnxruntime's float16.py DEFAULT_OP_BLOCK_LIST:
-// onnxconverter-common's list without Resize (whose scales are kept float32
-// instead) and with TreeEnsemble.
+// DefaultBlockList is onnxruntime's float16.py DEFAULT_OP_BLOCK_LIST
+// (onnxconverter-common's list without Resize, whose scales are kept
+// float32 instead, and with TreeEnsemble), followed by the operators ONNX
+// Runtime's CPU provider cannot run in float16 even through its own Casts
+// (measured with 1.24.1 on ONNX's backend suite): random generators and
+// EyeLike, which have no float16 kernel and no float16 input to cast from
+// ("Could not find an implementation"; their seeded draws would differ
+// anyway), MelWeightMatrix (whose float32 kernel the inserted Casts do not
+// match) and MeanVarianceNormalization (whose float16 function body adds a
+// float32 epsilon). A nil OpBlockList also applies the node rules of
+// defaultNodeRule (ScatterND/ScatterElements reductions).
 var DefaultBlockList = []string{
 	"ArrayFeatureExtractor", "Binarizer", "CastMap", "CategoryMapper", "DictVectorizer",
 	"FeatureVectorizer", "Imputer", "LabelEncoder", "LinearClassifier", "LinearRegressor",
 	"Normalizer", "OneHotEncoder", "RandomUniformLike", "SVMClassifier", "SVMRegressor", "Scaler",
 	"TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeEnsemble", "ZipMap",
 	"NonMaxSuppression", "TopK", "RoiAlign", "Range", "CumSum", "Min", "Max", "Upsample",
+	// ONNX Runtime CPU gaps.
+	"RandomNormal", "RandomUniform", "RandomNormalLike", "Bernoulli", "Multinomial", "EyeLike",
+	"MelWeightMatrix", "MeanVarianceNormalization",
 }
 
 // Defaults of onnxruntime's float16.py.
@@ -83,7 +97,8 @@ type Report struct {
 	// CastsInserted counts the Cast nodes the rewrite added, CastsRemoved
 	// those removed as redundant afterwards (added or original).
 	CastsInserted, CastsRemoved int
-	// Clamped lists the tensors with values outside float16's range.
+	// Clamped lists the tensors with values outside float16's range;
+	// each also has a warning.
 	Clamped []ClampInfo
 	// BlockedNodes names the nodes with float inputs or outputs kept in
 	// float32 (unnamed nodes as "Op(output)").
@@ -100,11 +115,9 @@ type ClampInfo struct {
 	// Flushed values were non-zero with a magnitude below MinPositive and
 	// became ±MinPositive.
 	Flushed int
+	// Largest is the largest magnitude clamped (0 when none was).
+	Largest float32
 }
-
-// ErrAlreadyFloat16 is returned, wrapped with the model's name, by Convert
-// for a model that already holds float16 tensors.
-var ErrAlreadyFloat16 = errors.New("the model already uses float16")
 
 // Convert returns a float16 copy of m (see the package documentation) and
 // what it changed. m is not modified; float32 initializers kept as they are
@@ -120,7 +133,8 @@ func Convert(m *onnx.Model, opts Options) (*onnx.Model, *Report, error) {
 	}
 	opset := m.Opset()
 	if opset < minOpset {
-		return nil, nil, fmt.Errorf("converting %s to fp16: default-domain opset %d is not supported (need %d or later)", name, opset, minOpset)
+		return nil, nil, fmt.Errorf("converting %s to fp16: %w", name, &UnsupportedError{Reason: ReasonOldOpset,
+			Detail: fmt.Sprintf("default-domain opset %d is not supported (need %d or later)", opset, minOpset)})
 	}
 	out := cloneModel(m)
 	c := newConverter(out, opts, opset)
@@ -134,8 +148,9 @@ func Convert(m *onnx.Model, opts Options) (*onnx.Model, *Report, error) {
 }
 
 // minOpset is the oldest default-domain opset Convert accepts. Before
-// opset 6 many operators carried the legacy consumed_inputs attribute, and
-// ONNX Runtime itself has no kernels for most of them.
+// opset 6 Cast's "to" was a string (ONNX Runtime rejects the integer the
+// rewrite writes) and many operators carried the legacy consumed_inputs
+// attribute; the backend suite's opset-1 models are refused for it.
 const minOpset = 6
 
 func modelName(m *onnx.Model) string {

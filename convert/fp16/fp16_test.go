@@ -81,9 +81,13 @@ func TestOverflow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []ClampInfo{{Tensor: "w", Clamped: 2, Flushed: 1}}
+	want := []ClampInfo{{Tensor: "w", Clamped: 2, Flushed: 1, Largest: 1e6}}
 	if len(rep.Clamped) != 1 || rep.Clamped[0] != want[0] {
 		t.Errorf("Convert(overflow).Clamped = %+v, want %+v", rep.Clamped, want)
+	}
+	wantWarn := `tensor "w": 2 values up to 1e+06 clamped to ±65504, 1 non-zero values below 5.96e-08 raised to ±5.96e-08`
+	if !contains(rep.Warnings, wantWarn) {
+		t.Errorf("Convert(overflow).Warnings = %q, want %q among them", rep.Warnings, wantWarn)
 	}
 	w, err := onnx.Decode(h.Initializer("w"))
 	if err != nil {
@@ -363,7 +367,7 @@ func TestRefusals(t *testing.T) {
 		opts Options
 		want string // "" means success
 	}{
-		{"custom domain", custom(false, true), Options{}, `node FastGelu_g is FastGelu from domain "com.microsoft"`},
+		{"custom domain", custom(false, true), Options{}, `node FastGelu_g (FastGelu): operator from a domain whose types the rewrite does not know: domain "com.microsoft"`},
 		{"custom domain blocked", custom(true, true), Options{OpBlockList: []string{"FastGelu"}}, ""},
 		{"custom domain blocked untyped", custom(true, false), Options{OpBlockList: []string{"FastGelu"}}, `cannot tell the element type of output "g"`},
 		{"opset 5", old, Options{}, "opset 5 is not supported"},
@@ -395,7 +399,9 @@ func TestTypeAttributes(t *testing.T) {
 		node("Add", []string{"a", "noise"}, []string{"y"}),
 	}
 	m := &onnx.Model{Proto: mp}
-	h, _, err := Convert(m, Options{KeepIOTypes: true})
+	// An empty block list converts RandomNormal (the default list keeps
+	// it float32 for ONNX Runtime's CPU provider).
+	h, _, err := Convert(m, Options{KeepIOTypes: true, OpBlockList: []string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,11 +412,15 @@ func TestTypeAttributes(t *testing.T) {
 		t.Errorf("ConstantOfShape value type = %d, want %d", got, onnx.Float16)
 	}
 	// ONNX Runtime's CPU provider has no float16 RandomNormal kernel (and,
-	// with no float16 input, cannot cast around it), so the run blocks it.
+	// with no float16 input, cannot cast around it), so the default block
+	// list keeps it float32.
 	initORT(t)
-	h, _, err = Convert(m, Options{KeepIOTypes: true, NodeBlockList: []string{"RandomNormal_noise"}})
+	h, rep, err := Convert(m, Options{KeepIOTypes: true})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := strings.Join(rep.BlockedNodes, ","); got != "RandomNormal_noise" {
+		t.Errorf("BlockedNodes = %q, want RandomNormal_noise", got)
 	}
 	x := &onnx.Tensor{Name: "x", Type: onnx.Float, Dims: []int64{2}, Data: []float32{1.5, -2}}
 	got, err := runModel(h, map[string]*onnx.Tensor{"x": x})

@@ -2,6 +2,7 @@ package fp16
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/x448/float16"
 	"google.golang.org/protobuf/proto"
@@ -72,9 +73,12 @@ type converter struct {
 	opBlock   map[string]bool
 	nodeBlock map[string]bool
 	names     *onnx.Names // fresh value and node names
-	report    *Report
-	converted int // float32 values computed in float16
-	scopes    []*scope
+	// analysisBlock holds the labels of the nodes Options.Analysis keeps,
+	// analysisSeen those found in the main graph.
+	analysisBlock, analysisSeen map[string]bool
+	report                      *Report
+	converted                   int // float32 values computed in float16
+	scopes                      []*scope
 }
 
 func newConverter(m *onnx.Model, opts Options, opset int64) *converter {
@@ -85,7 +89,7 @@ func newConverter(m *onnx.Model, opts Options, opset int64) *converter {
 	}
 	return &converter{m: m, opts: opts, lim: limits{float32(lo), float32(hi)}, opset: opset,
 		opBlock: setOf(ops...), nodeBlock: setOf(opts.NodeBlockList...), names: onnx.NewNames(m.Graph(), 1),
-		report: &Report{}}
+		analysisBlock: setOf(opts.Analysis.Nodes()...), analysisSeen: map[string]bool{}, report: &Report{}}
 }
 
 func (c *converter) fresh(base string) string { return c.names.Fresh(base) }
@@ -94,6 +98,11 @@ func (c *converter) run() error {
 	root := &scope{c: c, g: c.m.Graph(), main: true}
 	if err := root.build(nil); err != nil {
 		return err
+	}
+	for _, k := range c.opts.Analysis.Nodes() {
+		if !c.analysisSeen[k] {
+			return fmt.Errorf("the analysis keeps node %s, which the main graph does not have: analyze this model", k)
+		}
 	}
 	for _, s := range c.scopes {
 		s.decide()
@@ -207,24 +216,22 @@ func (s *scope) buildNode(n *onnxpb.NodeProto, declared map[string]onnx.DataType
 	c := s.c
 	op := n.GetOpType()
 	def := isDefaultDomain(n)
-	blocked := s.blocked || c.opBlock[op] || (n.GetName() != "" && c.nodeBlock[n.GetName()])
-	if def && fp32Only(op, c.opset) != "" {
-		blocked = true
-	}
-	s.block[n] = blocked
-	if !def && !blocked {
-		return fmt.Errorf("node %s is %s from domain %q, whose types the fp16 rewrite does not know: add it to the op or node block list",
-			nodeLabel(n), op, n.GetDomain())
-	}
-	if def && unsupportedOps[op] {
-		return fmt.Errorf("node %s: %s works on sequences or optionals, which the fp16 rewrite does not support", nodeLabel(n), op)
-	}
 	in := make([]onnx.DataType, len(n.GetInput()))
 	for i, name := range n.GetInput() {
 		if v := s.lookup(name); v != nil {
 			in[i] = v.dt
 		}
 	}
+	blocked := s.isBlocked(n, in)
+	if !def && !blocked {
+		return &UnsupportedError{Node: nodeLabel(n), Op: op, Reason: ReasonCustomDomain,
+			Detail: fmt.Sprintf("domain %q: add %s to the op block list or the node to the node block list", n.GetDomain(), op)}
+	}
+	if def && unsupportedOps[op] {
+		return &UnsupportedError{Node: nodeLabel(n), Op: op, Reason: ReasonSequence,
+			Detail: op + " works on sequences or optionals, which the fp16 rewrite does not track"}
+	}
+	s.block[n] = blocked
 	var out []onnx.DataType
 	var ok bool
 	var err error
@@ -248,7 +255,8 @@ func (s *scope) buildNode(n *onnxpb.NodeProto, declared map[string]onnx.DataType
 			if d, found := declared[o]; found {
 				dt = d
 			} else if !ok {
-				return fmt.Errorf("cannot tell the element type of output %q of node %s (%s); add value_info for it or block the node", o, nodeLabel(n), op)
+				return &UnsupportedError{Node: nodeLabel(n), Op: op, Reason: ReasonUntyped,
+					Detail: fmt.Sprintf("cannot tell the element type of output %q; add value_info for it or block the node", o)}
 			}
 		}
 		native := f16
@@ -280,9 +288,25 @@ func (s *scope) buildNode(n *onnxpb.NodeProto, declared map[string]onnx.DataType
 	return nil
 }
 
+// isBlocked reports whether node n, with input types in, stays float32:
+// for its scope, the block lists, the analysis, or the rules of types.go.
+func (s *scope) isBlocked(n *onnxpb.NodeProto, in []onnx.DataType) bool {
+	c := s.c
+	blocked := s.blocked || c.opBlock[n.GetOpType()] || (n.GetName() != "" && c.nodeBlock[n.GetName()])
+	if s.main && c.analysisBlock[nodeLabel(n)] {
+		blocked = true
+		c.analysisSeen[nodeLabel(n)] = true
+	}
+	if !isDefaultDomain(n) {
+		return blocked
+	}
+	return blocked || fp32Only(n.GetOpType(), c.opset) != "" || castsAway(n, in) ||
+		(c.opts.OpBlockList == nil && defaultNodeRule(n) != "")
+}
+
 // slotForm is the precision node n wants for input slot i.
 func (s *scope) slotForm(n *onnxpb.NodeProto, i int) form {
-	if s.block[n] || alwaysFloat(n.GetOpType(), i) {
+	if s.block[n] || alwaysFloat(n.GetOpType(), i, s.c.opset) {
 		return f32
 	}
 	return f16
@@ -333,7 +357,7 @@ func (s *scope) buildSubgraphs(n *onnxpb.NodeProto, in []onnx.DataType, blocked 
 		}
 	}
 	if out == nil {
-		return nil, fmt.Errorf("node %s (%s) has no subgraph", nodeLabel(n), n.GetOpType())
+		return nil, &UnsupportedError{Node: nodeLabel(n), Op: n.GetOpType(), Reason: ReasonNoSubgraph, Detail: "no graph attribute"}
 	}
 	return out, nil
 }
@@ -466,11 +490,24 @@ func (c *converter) noteConverted(v *value, info ClampInfo) {
 	if info.Clamped > 0 || info.Flushed > 0 {
 		info.Tensor = v.name
 		c.report.Clamped = append(c.report.Clamped, info)
+		c.report.Warnings = append(c.report.Warnings, clampWarning(info, c.lim))
 	}
 	if v.demand[f32] {
 		c.report.Warnings = append(c.report.Warnings, fmt.Sprintf(
 			"%q is used by float16 and float32 nodes: it is stored as float16 and cast back for the float32 ones", v.name))
 	}
+}
+
+// clampWarning says what clamping did to one tensor.
+func clampWarning(info ClampInfo, l limits) string {
+	var parts []string
+	if info.Clamped > 0 {
+		parts = append(parts, fmt.Sprintf("%d values up to %.3g clamped to ±%g", info.Clamped, info.Largest, l.maxFinite))
+	}
+	if info.Flushed > 0 {
+		parts = append(parts, fmt.Sprintf("%d non-zero values below %.3g raised to ±%.3g", info.Flushed, l.minPos, l.minPos))
+	}
+	return fmt.Sprintf("tensor %q: %s", info.Tensor, strings.Join(parts, ", "))
 }
 
 func setElemType(vi *onnxpb.ValueInfoProto, dt onnx.DataType) {

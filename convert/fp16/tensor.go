@@ -83,14 +83,15 @@ func f32ToF16(u uint32) uint16 {
 const parallelMin = 1 << 20
 
 // halfRaw converts little-endian float32 bytes to little-endian float16
-// bytes, returning how many values were clamped and flushed.
-func (l limits) halfRaw(src []byte) (dst []byte, clamped, flushed int) {
+// bytes, returning how many values were clamped and flushed, and the
+// largest magnitude clamped.
+func (l limits) halfRaw(src []byte) (dst []byte, clamped, flushed int, largest float32) {
 	n := len(src) / 4
 	dst = make([]byte, 2*n)
 	minB, maxB := math.Float32bits(l.minPos), math.Float32bits(l.maxFinite)
 	// The loop is half() and f32ToF16 by hand, with the common case (a
 	// normal float16 result) inline: this is the whole cost of the rewrite.
-	work := func(lo, hi int) (c, f int) {
+	work := func(lo, hi int) (c, f int, big uint32) {
 		le := binary.LittleEndian
 		for i := lo; i < hi; i++ {
 			u := le.Uint32(src[4*i:])
@@ -99,7 +100,7 @@ func (l limits) halfRaw(src []byte) (dst []byte, clamped, flushed int) {
 			case a-1 < minB-1: // 0 < a < minPos
 				u, f = u&0x80000000|minB, f+1
 			case a > maxB && a < 0x7f800000:
-				u, c = u&0x80000000|maxB, c+1
+				u, c, big = u&0x80000000|maxB, c+1, max(big, a)
 			}
 			var h uint16
 			if exp := u >> 23 & 0xff; exp-113 < 30 { // normal float16 result
@@ -113,30 +114,32 @@ func (l limits) halfRaw(src []byte) (dst []byte, clamped, flushed int) {
 			}
 			le.PutUint16(dst[2*i:], h)
 		}
-		return c, f
+		return c, f, big
 	}
 	workers := runtime.GOMAXPROCS(0)
 	if n < parallelMin || workers == 1 {
-		c, f := work(0, n)
-		return dst, c, f
+		c, f, big := work(0, n)
+		return dst, c, f, math.Float32frombits(big)
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	var bigAll uint32
 	chunk := (n + workers - 1) / workers
 	for lo := 0; lo < n; lo += chunk {
 		hi := min(lo+chunk, n)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, f := work(lo, hi)
+			c, f, big := work(lo, hi)
 			mu.Lock()
 			clamped += c
 			flushed += f
+			bigAll = max(bigAll, big)
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return dst, clamped, flushed
+	return dst, clamped, flushed, math.Float32frombits(bigAll)
 }
 
 // halfTensor returns a float16 copy of a float32 TensorProto, stored as
@@ -159,7 +162,7 @@ func (l limits) halfTensor(t *onnxpb.TensorProto) (*onnxpb.TensorProto, ClampInf
 		if len(t.RawData) != 4*n {
 			return nil, info, fmt.Errorf("tensor %q: raw_data has %d bytes, shape %v needs %d", t.GetName(), len(t.RawData), t.GetDims(), 4*n)
 		}
-		raw, info.Clamped, info.Flushed = l.halfRaw(t.RawData)
+		raw, info.Clamped, info.Flushed, info.Largest = l.halfRaw(t.RawData)
 	default:
 		if len(t.FloatData) != n {
 			return nil, info, fmt.Errorf("tensor %q: float_data has %d values, shape %v needs %d", t.GetName(), len(t.FloatData), t.GetDims(), n)
@@ -170,6 +173,7 @@ func (l limits) halfTensor(t *onnxpb.TensorProto) (*onnxpb.TensorProto, ClampInf
 			binary.LittleEndian.PutUint16(raw[2*i:], h.Bits())
 			if c {
 				info.Clamped++
+				info.Largest = max(info.Largest, float32(math.Abs(float64(v))))
 			}
 			if f {
 				info.Flushed++

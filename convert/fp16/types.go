@@ -272,12 +272,18 @@ func fixedFloat(n *onnxpb.NodeProto, i int) bool {
 }
 
 // fp32Only reports why an operator must run in float32 at the given
-// default-domain opset, because its ONNX type constraints exclude float16
-// there (a float16 model using it would not load anywhere), or "".
+// default-domain opset, whatever the block list, or "": its ONNX type
+// constraints exclude float16 there (a float16 model using it would not
+// load anywhere), float16 would change what it computes (IsInf), or ONNX
+// Runtime fails to load the float16 form (Pow before opset 12).
 func fp32Only(op string, opset int64) string {
 	switch op {
 	case "DynamicQuantizeLinear", "NonMaxSuppression", "Range", "Celu":
 		return op + " has no float16 type in any opset"
+	case "IsInf":
+		// Float16 only from opset 20, and at any opset a finite float32
+		// above 65504 would become an infinity in float16 and be detected.
+		return op + " must see float32 values: float16 turns values above 65504 into infinities"
 	case "QuantizeLinear", "DequantizeLinear":
 		if opset < 19 {
 			return op + " takes float16 only from opset 19 (formats.md §3.1)"
@@ -288,6 +294,10 @@ func fp32Only(op string, opset int64) string {
 		if opset < 21 {
 			return op + " takes float16 scales only from opset 21"
 		}
+	case "Pow":
+		if opset < 12 {
+			return powRule
+		}
 	case "CumSum":
 		if opset < 14 {
 			return op + " takes float16 only from opset 14"
@@ -296,15 +306,71 @@ func fp32Only(op string, opset int64) string {
 	return ""
 }
 
+// defaultNodeRule reports why the default block list keeps node n float32
+// for what its attributes ask, or "": ONNX Runtime's CPU provider has no
+// float16 ScatterND/ScatterElements reduction ("MLFloat16 data type is not
+// supported with ScatterND opset 16 when reduction is 'add'", at run time,
+// not load time), and accumulating duplicates in float16 would lose
+// precision anyway.
+func defaultNodeRule(n *onnxpb.NodeProto) string {
+	switch n.GetOpType() {
+	case "ScatterND", "ScatterElements":
+		if a := attr(n, "reduction"); a != nil && string(a.GetS()) != "none" {
+			return n.GetOpType() + " with reduction " + string(a.GetS()) + " has no float16 kernel in ONNX Runtime's CPU provider"
+		}
+	}
+	return ""
+}
+
+// castsAway reports whether a kept Cast or CastLike reads a float32 value to
+// produce something else than a float: its input stays float32, since
+// float16 would change the digits of a string, the value of an integer
+// above 2048 or the bits of a double.
+func castsAway(n *onnxpb.NodeProto, in []onnx.DataType) bool {
+	switch n.GetOpType() {
+	case "Cast":
+		return len(in) > 0 && in[0] == onnx.Float && attrInt(n, "to", 0) != int64(onnx.Float)
+	case "CastLike":
+		return len(in) > 1 && in[0] == onnx.Float && in[1] != onnx.Float && in[1] != onnx.Undefined
+	}
+	return false
+}
+
 // alwaysFloatInputs are input slots of kept nodes that stay float32 because
 // the specification types them tensor(float) independently of the data
 // (onnxruntime float16.py ALWAYS_FLOAT_INPUTS, plus Upsample's scales).
+//
+// Pow's exponent (input 1) has its own type constraint, T1, and stays
+// float32 too: it is exact there (2 or 0.5 in LayerNorm and RMSNorm
+// patterns), and a float16 exponent made ONNX Runtime 1.24's CPU provider,
+// which has no float16 Pow, cast the Constant exponent with
+// InsertedPrecisionFreeCast_<name> and then fail in
+// SimplifiedLayerNormFusion ("Attempting to get index by a name which does
+// not exist") at the default optimization level (PP-OCRv4 rec).
+//
+// Pow's exponent (input 1) has a type constraint of its own, T1, from
+// opset 12, and stays float32 there: it is exact (2 or 0.5 in LayerNorm
+// and RMSNorm patterns), and a float16 exponent breaks ONNX Runtime (see
+// powRule).
 var alwaysFloatInputs = map[string][]int{
 	"Resize":   {2},
 	"Upsample": {1},
+	"Pow":      {1},
 }
 
-func alwaysFloat(op string, slot int) bool {
+// powRule explains why Pow is kept float32 below opset 12, where its
+// exponent must have the base's type. ONNX Runtime 1.24's CPU provider has
+// no float16 Pow: it converts a float16 initializer exponent to a float32
+// copy (InsertedPrecisionFreeCast_<name>), shares equal exponents between
+// nodes (ConstantSharing), and then SimplifiedLayerNormFusion fails on the
+// second LayerNorm pattern ("Attempting to get index by a name which does
+// not exist", PP-OCRv4 rec) at the default optimization level.
+const powRule = "Pow's exponent has the base's type before opset 12, and ONNX Runtime's LayerNorm fusion fails on a float16 exponent"
+
+func alwaysFloat(op string, slot int, opset int64) bool {
+	if op == "Pow" && opset < 12 {
+		return false // the whole node is float32 (fp32Only)
+	}
 	for _, s := range alwaysFloatInputs[op] {
 		if s == slot {
 			return true
