@@ -21,6 +21,7 @@ import (
 	"github.com/kiln-ml/kiln/internal/progress"
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/normalize"
 	"github.com/kiln-ml/kiln/ort"
 )
 
@@ -64,6 +65,9 @@ type Config struct {
 	CalibShare float64
 	// Validation caps the validation samples (0: all the others; -1: none).
 	Validation int
+	// Fix folds inputs to values before calibrating (as convert --fix does;
+	// give the same values to both).
+	Fix map[string]*onnx.Tensor
 	// Batch is the batch size; 0 means the model's fixed batch dimension,
 	// or DefaultBatch.
 	Batch int
@@ -216,7 +220,7 @@ type drawn struct {
 // calibrate does the work and returns the report and the writers of the
 // output files, which run only when everything succeeded.
 func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[string]func(string) error, error) {
-	modelBytes, m, err := loadModel(cfg.Model)
+	modelBytes, m, err := loadModel(ctx, cfg.Model, cfg.Fix)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -259,13 +263,25 @@ func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[strin
 // model digest, and refuses before any data is read what calibration
 // cannot use: a model without float32 tensors or with fp16 inputs (an fp16
 // model; its fp32 original is the one to calibrate).
-func loadModel(path string) ([]byte, *onnx.Model, error) {
+func loadModel(ctx context.Context, path string, fix map[string]*onnx.Tensor) ([]byte, *onnx.Model, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	m, err := onnx.Parse(data, filepath.Dir(path))
 	if err != nil {
+		return nil, nil, err
+	}
+	m.Path = path
+	for _, in := range m.Inputs() {
+		if in.Type == onnx.Float16 || in.Type == onnx.BFloat16 {
+			return nil, nil, fmt.Errorf("input %q is %s: calibrate the fp32 model", in.Name, in.Type)
+		}
+	}
+	// Calibrate what convert builds from: the normalized source (Constant
+	// weights as initializers, so they are quantized per channel; opset 13,
+	// which per-channel Q/DQ needs; fp16 storage raised; inputs fixed).
+	if m, _, err = normalize.Normalize(ctx, m, normalize.Options{MinOpset: 13, RaiseFP16: true, Fix: fix}); err != nil {
 		return nil, nil, err
 	}
 	if _, err := Observed(m); err != nil {

@@ -24,10 +24,12 @@ type calibrateOptions struct {
 	out      string
 	format   string
 	progress string
+	fix      []string
 }
 
 func (o *calibrateOptions) addFlags(f *pflag.FlagSet) {
 	o.addDataFlags(f, "")
+	fixFlag(f, &o.fix)
 	f.StringVar(&o.cfg.Data.ImageKey, "image-key", "", "tf.Example feature holding the encoded image in TFRecords (default image/encoded)")
 	f.Float64Var(&o.cfg.MethodOptions.Percentile, "percentile", 0, "with --method percentile: p in (0,100] (default 99.999)")
 	f.Int64Var(&o.cfg.Seed, "seed", 0, "seed for drawing samples")
@@ -78,6 +80,11 @@ func (o *calibrateOptions) config(model string) (calibrate.Config, error) {
 	if cfg.Data.Path == "" {
 		return calibrate.Config{}, usageErr(errors.New("--data is required"))
 	}
+	fix, err := fixedInputs(model, o.fix)
+	if err != nil {
+		return calibrate.Config{}, err
+	}
+	cfg.Fix = fix
 	if err := cfg.Validate(); err != nil {
 		return calibrate.Config{}, usageErr(err)
 	}

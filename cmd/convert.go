@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,9 +18,12 @@ import (
 	"github.com/kiln-ml/kiln/calibrate"
 	"github.com/kiln-ml/kiln/convert"
 	"github.com/kiln-ml/kiln/dataset"
+	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/internal/execx"
 	"github.com/kiln-ml/kiln/internal/trtexec"
 	"github.com/kiln-ml/kiln/manifest"
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/pbtxt"
 )
 
 type convertOptions struct {
@@ -31,6 +35,8 @@ type convertOptions struct {
 	calib       calibrateOptions // --calib-data and friends: calibrate on the fly
 	check       feedFlags        // --check-data and friends: what the variants are checked with
 	checkData   dataset.Spec
+	fix         []string
+	foldBN      bool
 	int8Mode    string
 	hwCompat    string
 	optLevel    int
@@ -58,6 +64,8 @@ func (o *convertOptions) addFlags(f *pflag.FlagSet) {
 		"check-preprocess", "image preprocessing of --check-data (as --preprocess)")
 	o.check.addFlags(f, "check-", "8")
 	thresholdFlag(f, &o.cfg.Check.Thresholds)
+	fixFlag(f, &o.fix)
+	f.BoolVar(&o.foldBN, "fold-batchnorm", true, "fold BatchNormalization into the Conv/Gemm before it in the source (--fold-batchnorm=false keeps them, e.g. to reproduce another tool's graph)")
 	choice(f, &o.int8Mode, "int8-mode", "", "TensorRT int8 path: qdq (from model.int8.onnx) or cache (calibration.cache, TensorRT <= 10); default qdq when available", "qdq", "cache")
 	f.BoolVar(&o.cfg.Int8.RandomRanges, "int8-random-ranges", false, "allow int8 TensorRT engines without calibration (placeholder ranges: perf-only, marked so everywhere)")
 	f.StringSliceVar(&o.cfg.FP16.OpBlockList, "fp16-block-ops", nil, "op types kept in fp32 by the fp16 rewrite (default: kiln's block list)")
@@ -182,6 +190,10 @@ func (o *convertOptions) config(args []string) error {
 		feed.Dataset = &d
 	}
 	o.cfg.Check.Feed = feed
+	o.cfg.Normalize.NoFoldBatchNorm = !o.foldBN
+	if o.cfg.Normalize.Fix, err = fixedInputs(o.cfg.Source, o.fix); err != nil {
+		return err
+	}
 	if err := o.cfg.Validate(); err != nil {
 		return usageErr(err)
 	}
@@ -194,6 +206,7 @@ func (o *convertOptions) config(args []string) error {
 func (o *convertOptions) calibration(c *cobra.Command, g *globalOptions) error {
 	dir := o.calibDir
 	if dir == "" && o.calib.cfg.Data.Path != "" {
+		o.calib.fix = o.fix
 		cfg, err := o.calib.config(o.cfg.Source)
 		if err != nil {
 			return err
@@ -322,4 +335,43 @@ func init() {
 		}
 		return ""
 	})
+}
+
+func init() {
+	advisors = append(advisors, func(err error) string {
+		var se *pbtxt.ScalarError
+		if errors.As(err, &se) {
+			return fmt.Sprintf("fold the scalar into the model with --fix %s=VALUE (e.g. --fix sr=16000 for Silero VAD's sample rate), so Triton never sees it", se.Tensor)
+		}
+		var re *convert.RepoError
+		if errors.As(err, &re) {
+			return "give --repo a new or empty directory, or one kiln convert wrote (it has kiln.json)"
+		}
+		return ""
+	})
+}
+
+// fixFlag is --fix, shared by convert and calibrate.
+func fixFlag(f *pflag.FlagSet, p *[]string) {
+	f.StringArrayVar(p, "fix", nil, "fold an input into the model as a constant: NAME=NUMBER or NAME=FILE.npy (repeatable), e.g. --fix sr=16000; If branches it decides are resolved and the input disappears (Triton cannot serve scalars without batching)")
+}
+
+// fixedInputs reads --fix values as tensors of the model's input types.
+func fixedInputs(model string, values []string) (map[string]*onnx.Tensor, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	named, err := check.ParseInputs(values)
+	if err != nil {
+		return nil, usageErr(errors.New("--fix: " + strings.TrimPrefix(err.Error(), "--input: ")))
+	}
+	m, err := onnx.LoadWith(model, onnx.LoadOptions{SkipExternalData: true})
+	if err != nil {
+		return nil, err
+	}
+	ts, err := check.NamedTensors(m.Inputs(), named)
+	if err != nil {
+		return nil, usageErr(fmt.Errorf("--fix: %w", err))
+	}
+	return ts, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/internal/progress"
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/normalize"
 	"github.com/kiln-ml/kiln/ort"
 )
 
@@ -49,7 +50,11 @@ func (o *inspectOptions) validate() error {
 // inspectResult is one model's summary plus, with --run, its smoke run.
 type inspectResult struct {
 	onnx.Summary
-	Run *ort.SmokeReport `json:"run,omitempty"`
+	// SourcePrecision is what the model really computes in (fp32, mixed,
+	// fp16, int8; onnx/normalize), PrecisionReason how kiln can tell.
+	SourcePrecision string           `json:"source_precision"`
+	PrecisionReason string           `json:"precision_reason"`
+	Run             *ort.SmokeReport `json:"run,omitempty"`
 }
 
 func newInspectCmd(g *globalOptions) *cobra.Command {
@@ -93,12 +98,11 @@ func (o *inspectOptions) inspect(ctx context.Context, paths []string, report pro
 	task := progress.Start(report, "inspect", int64(len(paths)), "models")
 	var sums []inspectResult
 	for _, path := range paths {
-		s, err := inspectFile(path)
+		r, err := inspectFile(path)
 		if err != nil {
 			task.Finish(err)
 			return nil, err
 		}
-		r := inspectResult{Summary: s}
 		if o.run {
 			if r.Run, err = ort.Smoke(ctx, path, o.session.options(), o.batch, o.iterations, o.smokeInputs(ctx)); err != nil {
 				err = fmt.Errorf("running %s: %w", path, err)
@@ -131,19 +135,27 @@ func printInspect(w io.Writer, format string, sums []inspectResult) error {
 	return nil
 }
 
-func inspectFile(path string) (onnx.Summary, error) {
+func inspectFile(path string) (inspectResult, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return onnx.Summary{}, err
+		return inspectResult{}, err
 	}
 	if st.IsDir() {
-		return onnx.Summary{}, fmt.Errorf("%s is a directory: inspect reads ONNX model files (SavedModel and repository inspection are not implemented yet)", path)
+		return inspectResult{}, fmt.Errorf("%s is a directory: inspect reads ONNX model files (SavedModel and repository inspection are not implemented yet)", path)
 	}
 	m, err := onnx.Load(path)
 	if err != nil {
-		return onnx.Summary{}, err
+		return inspectResult{}, err
 	}
-	return onnx.Summarize(m), nil
+	// Refuse what ONNX Runtime would refuse, with the reason, before
+	// describing it as if it were usable.
+	if err := normalize.Check(m); err != nil {
+		return inspectResult{}, err
+	}
+	r := inspectResult{Summary: onnx.Summarize(m)}
+	p, why := normalize.SourcePrecision(m)
+	r.SourcePrecision, r.PrecisionReason = string(p), why
+	return r, nil
 }
 
 func printSummary(w io.Writer, r inspectResult) {
@@ -175,7 +187,7 @@ func printSummary(w io.Writer, r inspectResult) {
 	for _, o := range s.OpCounts {
 		fmt.Fprintf(w, "  %-24s %d\n", o.Op, o.Count)
 	}
-	fmt.Fprintf(w, "precision:  %s (float types: %s)\n", s.Precision.Kind, orNone(s.Precision.FloatTypes))
+	fmt.Fprintf(w, "precision:  %s: %s (float types: %s)\n", r.SourcePrecision, r.PrecisionReason, orNone(s.Precision.FloatTypes))
 	verdict := "no"
 	if s.Batch.Batchable {
 		verdict = "yes"

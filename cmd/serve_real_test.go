@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/kiln-ml/kiln/convert/fp16"
+	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/internal/testutil"
+	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
 )
 
@@ -46,15 +48,28 @@ func TestRealPPOCRDetFP16(t *testing.T) {
 	pre := "resize=640x640," + ppocrNorm
 	repo := filepath.Join(t.TempDir(), "repo")
 	args := []string{"convert", det, "--repo", repo, "--precision", "fp16", "--check-data", images, "--check-preprocess", pre, "--progress", "none"}
-	out, errOut, code := run(t, append(args, "--fp16-block-ops", "NonMaxSuppression")...)
+	// --fold-batchnorm=false keeps the BatchNormalization nodes kiln would
+	// fold, and a block list of its own turns the data-aware pass off: the
+	// fp16 graph another tool would have written.
+	out, errOut, code := run(t, append(args, "--fold-batchnorm=false", "--fp16-block-ops", "NonMaxSuppression")...)
 	if code != ExitCheck || !strings.Contains(out, "cosine") || !strings.Contains(out, "sigmoid_0.tmp_0") {
 		t.Fatalf("convert of det fp16 with BatchNormalization in fp16 = exit %d\n%s\n%s\nwant exit %d naming the output and its cosine", code, out, errOut, ExitCheck)
 	}
 	if _, err := os.Stat(filepath.Join(repo, "ch_pp-ocrv4_det_infer_onnx_fp16")); err == nil {
 		t.Error("the failed variant was written into the repository")
 	}
-	if out, errOut, code := run(t, append(args, "--fp16-block-ops", "NonMaxSuppression,BatchNormalization")...); code != 0 {
+	if out, errOut, code := run(t, append(args, "--fold-batchnorm=false", "--fp16-block-ops", "NonMaxSuppression,BatchNormalization")...); code != 0 {
 		t.Fatalf("convert of det fp16 with BatchNormalization in fp32 = exit %d\n%s\n%s", code, out, errOut)
+	}
+	// By default kiln folds BatchNormalization and its data-aware pass keeps
+	// what leaves fp16's range in fp32: no block list needed.
+	repo2 := filepath.Join(t.TempDir(), "repo")
+	args[3] = repo2
+	if out, errOut, code := run(t, args...); code != 0 {
+		t.Fatalf("convert of det fp16 with kiln's defaults = exit %d\n%s\n%s", code, out, errOut)
+	}
+	if c := checkedCosine(t, repo2, "ch_pp-ocrv4_det_infer_onnx_fp16"); c < 0.999 {
+		t.Errorf("det fp16 with kiln's defaults: cosine %.5f against fp32, want >= 0.999", c)
 	}
 
 	bad := fp16File(t, det, []string{"NonMaxSuppression"})
@@ -68,6 +83,21 @@ func TestRealPPOCRDetFP16(t *testing.T) {
 		t.Fatalf("serve report = %+v, want one model whose output's cosine is far below fp16's 0.999", r.Models)
 	}
 	t.Logf("det fp16 with BatchNormalization in fp16: cosine %.4f against fp32", r.Models[0].Outputs[0].Cosine)
+}
+
+// checkedCosine is the cosine convert's check recorded in kiln.json for a
+// model's first output.
+func checkedCosine(t *testing.T, repo, model string) float64 {
+	t.Helper()
+	m, err := manifest.Read(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := check.ReadRecord(m.Model(model).Checks)
+	if err != nil || rec == nil || len(rec.Outputs) == 0 {
+		t.Fatalf("kiln.json check record of %s = %+v, %v", model, rec, err)
+	}
+	return rec.Outputs[0].Cosine
 }
 
 // textImages is a directory holding the two scans of printed text of

@@ -17,6 +17,9 @@ func (b *builder) cacheKey(ctx context.Context, v manifest.Variant) (manifest.Di
 	parts := map[string]any{
 		"source": b.src, "variant": v.ID(), "tool": b.cfg.ToolVersion, "config": b.template, "labels": b.labels, "external": b.cfg.ExternalOver,
 	}
+	if n := b.cfg.Normalize; len(n.Fix) > 0 || n.MinOpset > 0 || n.NoFoldBatchNorm {
+		parts["normalize"] = n
+	}
 	if v.Precision == manifest.FP16 {
 		parts["fp16"] = b.cfg.FP16
 	}

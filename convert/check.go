@@ -68,9 +68,17 @@ func (b *builder) reference(ctx context.Context) (*reference, error) {
 	}
 	r := &reference{}
 	b.checkRef = r
-	sess, err := ort.NewSession(b.cfg.Source, b.cfg.Check.Session)
+	// The reference is the fp32 model the variants are made from: the
+	// source after the normalizer (its passes keep the outputs within
+	// 1e-6; inputs fixed by --fix are gone from it).
+	_, file, err := b.fp32Model()
 	if err != nil {
-		r.err = fmt.Errorf("loading the fp32 source for the checks: %w", err)
+		r.err = err
+		return r, err
+	}
+	sess, err := ort.NewSession(file, b.cfg.Check.Session)
+	if err != nil {
+		r.err = fmt.Errorf("loading the fp32 model for the checks: %w", err)
 		return r, r.err
 	}
 	defer sess.Close()

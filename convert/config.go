@@ -3,6 +3,7 @@ package convert
 import (
 	"errors"
 	"fmt"
+	"github.com/kiln-ml/kiln/onnx/normalize"
 	"log/slog"
 	"time"
 
@@ -47,6 +48,11 @@ type Config struct {
 	ToolVersion string
 	// Check says how each ONNX variant is checked before it is recorded.
 	Check CheckConfig
+	// Normalize configures the source normalizer every variant starts from
+	// (onnx/normalize): inputs fixed to values, a minimum opset. fp16
+	// storage and compute are always raised to fp32 first, so that the fp32
+	// variant computes in fp32 and the fp16 one in fp16.
+	Normalize normalize.Options
 }
 
 // Int8Config says what the int8 variants are made from.

@@ -57,7 +57,7 @@ func (b *builder) planArtifact(ctx context.Context, v manifest.Variant) (*artifa
 		}
 	}
 	a := &artifact{platform: pbtxt.PlatformTensorRT, status: manifest.StatusOK}
-	if err := b.planInput(&spec, a, v, ver); err != nil {
+	if err := b.planInput(ctx, &spec, a, v, ver); err != nil {
 		return nil, err
 	}
 	res, err := b.c.builder.Build(ctx, spec)
@@ -98,12 +98,12 @@ func (b *builder) planSpec(v manifest.Variant, dir string) (trtexec.Spec, error)
 // the fp16 rewrite; earlier releases get the fp32 model and --fp16. int8
 // uses the Q/DQ model or the calibration cache (Int8Config.Mode), or
 // placeholder ranges for perf-only engines.
-func (b *builder) planInput(spec *trtexec.Spec, a *artifact, v manifest.Variant, ver manifest.TRTVersion) error {
+func (b *builder) planInput(ctx context.Context, spec *trtexec.Spec, a *artifact, v manifest.Variant, ver manifest.TRTVersion) error {
 	switch v.Precision {
 	case manifest.FP16:
 		if ver.Major >= 11 {
 			var err error
-			if _, spec.ONNX, err = b.fp16Model(); err != nil {
+			if _, spec.ONNX, err = b.fp16Model(ctx); err != nil {
 				return err
 			}
 			spec.ONNXIsFP16 = true

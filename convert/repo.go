@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/kiln-ml/kiln/convert/fp16"
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/normalize"
 	"github.com/kiln-ml/kiln/pbtxt"
 )
 
@@ -26,7 +28,7 @@ type artifact struct {
 	checks   json.RawMessage   // the check record (ONNX variants)
 }
 
-func (b *builder) onnxArtifact(v manifest.Variant) (*artifact, error) {
+func (b *builder) onnxArtifact(ctx context.Context, v manifest.Variant) (*artifact, error) {
 	a := &artifact{platform: pbtxt.PlatformONNX, status: manifest.StatusOK, build: &manifest.Build{Tool: "kiln", ToolVersion: b.cfg.ToolVersion, Inputs: []manifest.Digest{b.src}}}
 	switch v.Precision {
 	case manifest.FP32:
@@ -36,12 +38,22 @@ func (b *builder) onnxArtifact(v manifest.Variant) (*artifact, error) {
 		}
 		a.path, a.file = art, file
 	case manifest.FP16:
-		art, file, err := b.fp16Model()
+		art, file, err := b.fp16Model(ctx)
 		if err != nil {
 			return nil, err
 		}
 		a.path, a.file = art, file
 	case manifest.INT8:
+		if b.precision == normalize.PrecisionINT8 {
+			// The source is quantized already: its int8 variant is itself.
+			art, file, err := b.fp32Model()
+			if err != nil {
+				return nil, err
+			}
+			a.path, a.file = art, file
+			a.note = "the source is quantized already (" + b.why + ")"
+			break
+		}
 		cal := b.cfg.Int8.Calibration
 		if cal == nil || cal.QDQModel == "" {
 			return nil, errors.New("the ONNX int8 variant is calibration's Q/DQ model, and there is none")
@@ -85,16 +97,34 @@ func (b *builder) fp32Model() (art, file string, err error) {
 }
 
 // fp16Model rewrites the source once and reuses the file for every variant.
-func (b *builder) fp16Model() (art, file string, err error) {
+func (b *builder) fp16Model(ctx context.Context) (art, file string, err error) {
 	if b.fp16.file != "" {
 		return b.fp16.art, b.fp16.file, nil
 	}
-	out, rep, err := fp16.Convert(b.model, b.cfg.FP16)
+	opts := b.cfg.FP16
+	// The data-aware pass: the fp32 model run on the check's samples
+	// keeps in fp32 every node whose values leave fp16's safe range.
+	if ref, err := b.reference(ctx); err == nil && opts.OpBlockList == nil && len(opts.NodeBlockList) == 0 {
+		var samples []map[string]*onnx.Tensor
+		for _, f := range ref.ref.Feeds {
+			samples = append(samples, f.Tensors)
+		}
+		an, err := fp16.Analyze(ctx, b.model, samples, fp16.AnalyzeOptions{Session: b.cfg.Check.Session})
+		if err != nil {
+			return "", "", fmt.Errorf("analyzing the fp32 model's value ranges for fp16: %w", err)
+		}
+		opts.Analysis = an
+		for _, k := range an.Kept {
+			b.log.Info("kept in fp32 for the fp16 variant", "node", k.Node, "op", k.Op, "reason", k.Reason)
+		}
+		b.fp16Kept = len(an.Kept)
+	}
+	out, rep, err := fp16.Convert(b.model, opts)
 	if err != nil {
 		return "", "", err
 	}
-	for _, c := range rep.Clamped {
-		b.log.Warn("fp16 rewrite clamped values", "tensor", c.Tensor, "clamped", c.Clamped, "flushed", c.Flushed)
+	for _, w := range rep.Warnings {
+		b.log.Warn("fp16 rewrite: " + w)
 	}
 	if b.fp16, err = b.save(out, "fp16"); err != nil {
 		return "", "", err

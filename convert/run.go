@@ -14,6 +14,7 @@ import (
 	"github.com/kiln-ml/kiln/internal/progress"
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/normalize"
 	"github.com/kiln-ml/kiln/pbtxt"
 )
 
@@ -165,6 +166,12 @@ type builder struct {
 	keys     map[string]manifest.Digest // cache keys by variant ID, once computed
 	checkRef *reference                 // the fp32 source's outputs on the check feeds, once run
 	created  bool                       // the run made the repository directory
+	// normalized is what the normalizer did to the source, once loaded.
+	normalized *normalize.Report
+	// precision is what the source computes in, why says how kiln knows.
+	precision normalize.Precision
+	why       string
+	fp16Kept  int // nodes the data-aware pass kept in fp32
 }
 
 // newBuilder does what comes before any variant: the model name, the label
@@ -233,8 +240,16 @@ func (b *builder) checkVariants(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	plan, err := CheckPlan(m, b.cfg.Variants, PlanOptions{
-		HaveCalibration: b.haveCalibration(), RandomRanges: b.cfg.Int8.RandomRanges})
+	m.Path = b.cfg.Source
+	if err := normalize.Check(m); err != nil {
+		return err // refused before anything is written
+	}
+	b.precision, b.why = normalize.SourcePrecision(m)
+	if src := b.man.SourceNamed(b.name); src != nil {
+		src.Precision = string(b.precision)
+	}
+	plan, err := CheckPlan(m, b.cfg.Variants, PlanOptions{HaveCalibration: b.haveCalibration(), RandomRanges: b.cfg.Int8.RandomRanges,
+		SourcePrecision: b.precision, Why: b.why})
 	if err != nil {
 		return err
 	}
@@ -325,13 +340,13 @@ func (b *builder) variant(ctx context.Context, v manifest.Variant) Row {
 		row.Duration = time.Since(start)
 		return row
 	}
-	if err := b.load(); err != nil {
+	if err := b.load(ctx); err != nil {
 		return b.fail(row, start, err)
 	}
 	var art *artifact
 	switch v.Runtime {
 	case manifest.RuntimeONNX:
-		art, err = b.onnxArtifact(v)
+		art, err = b.onnxArtifact(ctx, v)
 	case manifest.RuntimeTRT:
 		art, err = b.planArtifact(ctx, v)
 	default:
@@ -419,7 +434,7 @@ func sourceRecord(path, name string, last *manifest.Source, force bool) (*manife
 
 // load reads the source model with its weights, unless the check of the
 // variants already did, and its signature, once a variant needs building.
-func (b *builder) load() error {
+func (b *builder) load(ctx context.Context) error {
 	if b.loaded {
 		return nil
 	}
@@ -429,6 +444,19 @@ func (b *builder) load() error {
 			return err
 		}
 		b.model = m
+	}
+	opts := b.cfg.Normalize
+	opts.RaiseFP16 = true
+	nm, rep, err := normalize.Normalize(ctx, b.model, opts)
+	if err != nil {
+		return fmt.Errorf("normalizing %s: %w", b.cfg.Source, err)
+	}
+	b.model, b.normalized = nm, rep
+	for _, p := range rep.Passes {
+		b.log.Info("normalized the source: "+p.Summary, "pass", p.Name, "path", b.cfg.Source)
+	}
+	if src := b.man.SourceNamed(b.name); src != nil {
+		src.Normalized = rep.Summaries()
 	}
 	sig, err := pbtxt.SignatureFromONNX(b.model)
 	if err != nil {

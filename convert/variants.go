@@ -7,6 +7,7 @@ import (
 
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/normalize"
 )
 
 // Matrix is the variant cross product asked for on the command line:
@@ -95,6 +96,12 @@ type PlanOptions struct {
 	HaveCalibration bool
 	// RandomRanges allows perf-only int8 TensorRT engines without calibration.
 	RandomRanges bool
+	// SourcePrecision is what the source computes in
+	// (normalize.SourcePrecision) and Why says how kiln can tell. An int8
+	// source gets an int8 variant (itself, no calibration needed) and no
+	// fp32 or fp16 one: their labels would be false.
+	SourcePrecision normalize.Precision
+	Why             string
 }
 
 // CheckPlan validates variants against the model: known precisions and
@@ -118,7 +125,12 @@ func CheckPlan(m *onnx.Model, variants []manifest.Variant, o PlanOptions) (*Plan
 			continue
 		}
 		seen[v.ID()] = true
-		if v.Precision == manifest.INT8 && !o.HaveCalibration {
+		if o.SourcePrecision == normalize.PrecisionINT8 {
+			if v.Precision != manifest.INT8 {
+				errs = append(errs, fmt.Errorf("variant %s: the source is already quantized (%s); a %s variant of it would carry a false label: convert the model it was quantized from, or ask for int8", v.ID(), o.Why, v.Precision))
+				continue
+			}
+		} else if v.Precision == manifest.INT8 && !o.HaveCalibration {
 			if !o.RandomRanges || v.Runtime != manifest.RuntimeTRT {
 				errs = append(errs, fmt.Errorf("variant %s: %w", v.ID(), ErrNoCalibration))
 				continue

@@ -130,6 +130,12 @@ type Source struct {
 	// rerun whose source has the same name, size and time reuses Digest
 	// instead of hashing the file again (as make and ninja trust mtimes).
 	ModTime time.Time `json:"mod_time"`
+	// Precision is what the source really computes in: fp32, mixed (fp16
+	// storage or fp16 compute between Casts), fp16 or int8.
+	Precision string `json:"precision,omitempty"`
+	// Normalized lists what kiln's normalizer changed before any variant
+	// was made ("turned 38 Constant nodes into initializers").
+	Normalized []string `json:"normalized,omitempty"`
 }
 
 // File is one file of an artifact, relative to the model directory.

@@ -150,7 +150,7 @@ func fillIO[T interface{ GetName() string }](list []T, sig []TensorSig, mbs int3
 		var reshape *configpb.ModelTensorReshape
 		if len(dims) == 0 {
 			if mbs == 0 {
-				return nil, fmt.Errorf("tensor %q is a scalar; Triton serves scalars only with max_batch_size > 0", t.Name)
+				return nil, &ScalarError{Tensor: t.Name}
 			}
 			dims, reshape = []int64{1}, &configpb.ModelTensorReshape{}
 		}
@@ -457,4 +457,15 @@ func outputNames(c *configpb.ModelConfig) string {
 // Clone returns a deep copy of c.
 func Clone(c *configpb.ModelConfig) *configpb.ModelConfig {
 	return proto.Clone(c).(*configpb.ModelConfig)
+}
+
+// ScalarError says that a model without batching has a scalar input or
+// output, which Triton cannot describe (dims may not be empty, and only a
+// batching model can reshape [1] to a scalar).
+type ScalarError struct {
+	Tensor string
+}
+
+func (e *ScalarError) Error() string {
+	return fmt.Sprintf("tensor %q is a scalar; Triton serves scalars only with max_batch_size > 0", e.Tensor)
 }

@@ -81,16 +81,23 @@ func (r *Reference) Compare(ctx context.Context, cand Runner, thresholds func(ou
 			if got[o] == nil {
 				return nil, fmt.Errorf("output %q: the model gave no such output", o)
 			}
+			// An output whose first dimension is not the feed's samples
+			// (recurrent state [2,N,128] of a model batched on its other
+			// inputs) is one sample of the feed as a whole.
+			batched, ids := f.Batched, f.IDs
+			if batched && (len(want.Dims) == 0 || want.Dims[0] != int64(len(f.IDs))) {
+				batched, ids = false, []string{sampleRange(f.IDs)}
+			}
 			if accs[j] == nil {
 				th := thresholds(o)
 				res.Thresholds[o] = th
-				kind := KindOf(want.Dims, f.Batched)
+				kind := KindOf(want.Dims, batched)
 				if isState(want.Dims, f.Tensors) {
 					kind = KindOther
 				}
 				accs[j] = NewAccumulator(o, kind, th)
 			}
-			if err := accs[j].Add(want, got[o], f.IDs, f.Batched); err != nil {
+			if err := accs[j].Add(want, got[o], ids, batched); err != nil {
 				return nil, err
 			}
 		}

@@ -92,7 +92,7 @@ func (e *ShapeError) Error() string {
 
 // Feeds builds the feeds of spec and says what they are made of.
 func Feeds(ctx context.Context, spec FeedSpec) ([]Feed, Data, error) {
-	named, err := loadNamed(spec.Inputs, spec.Named)
+	named, err := NamedTensors(spec.Inputs, spec.Named)
 	if err != nil {
 		return nil, Data{}, err
 	}
@@ -194,18 +194,19 @@ func datasetFeeds(ctx context.Context, spec FeedSpec, named map[string]*onnx.Ten
 	return feeds, data, nil
 }
 
-// loadNamed reads the tensors bound by name, checking each name against
-// the signature.
-func loadNamed(sig []onnx.ValueInfo, named map[string]string) (map[string]*onnx.Tensor, error) {
+// NamedTensors reads the tensors bound by name (a .npy or TensorProto .pb
+// file, or a number for an input of one element), checking each name
+// against the signature: what --input feeds and --fix folds.
+func NamedTensors(sig []onnx.ValueInfo, named map[string]string) (map[string]*onnx.Tensor, error) {
 	out := map[string]*onnx.Tensor{}
 	for _, name := range slices.Sorted(maps.Keys(named)) {
 		i := slices.IndexFunc(sig, func(v onnx.ValueInfo) bool { return v.Name == name })
 		if i < 0 {
-			return nil, fmt.Errorf("--input %s: the model has no input %q (inputs: %s)", name, name, names(sig))
+			return nil, fmt.Errorf("the model has no input %q (inputs: %s)", name, names(sig))
 		}
 		t, err := loadTensor(sig[i], named[name])
 		if err != nil {
-			return nil, fmt.Errorf("--input %s=%s: %w", name, named[name], err)
+			return nil, fmt.Errorf("input %s=%s: %w", name, named[name], err)
 		}
 		out[name] = t
 	}
