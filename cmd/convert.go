@@ -302,6 +302,15 @@ func printConvert(w io.Writer, format string, res *convert.Result) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
+	if res.Precision != "" && res.Precision != "fp32" {
+		fmt.Fprintf(w, "source: computes in %s\n", res.Precision)
+	}
+	for _, n := range res.Normalized {
+		fmt.Fprintf(w, "normalized: %s\n", n)
+	}
+	if res.FP16Kept > 0 {
+		fmt.Fprintf(w, "fp16: %d nodes kept in fp32, their values leave fp16's safe range (-v lists them)\n", res.FP16Kept)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VARIANT\tMODEL\tFILE\tSIZE\tTIME\tSTATUS")
 	for _, r := range res.Rows {

@@ -38,7 +38,15 @@ type Row struct {
 type Result struct {
 	Repo   string `json:"repository"`
 	Source string `json:"source"`
-	Rows   []Row  `json:"variants"`
+	// Precision is what the source computes in; Normalized what the
+	// normalizer changed in it before any variant was made (empty when
+	// every variant was reused and the source was not read).
+	Precision  string   `json:"source_precision,omitempty"`
+	Normalized []string `json:"normalized,omitempty"`
+	// FP16Kept counts the nodes the data-aware pass kept in fp32 for the
+	// fp16 variant.
+	FP16Kept int   `json:"fp16_kept_fp32,omitempty"`
+	Rows     []Row `json:"variants"`
 }
 
 // Partial reports whether some variant needs TensorRT that is missing here.
@@ -121,6 +129,10 @@ func Run(ctx context.Context, cfg Config, opts ...Option) (*Result, error) {
 			runErr = row.Err
 			break
 		}
+	}
+	res.Precision, res.FP16Kept = string(b.precision), b.fp16Kept
+	if b.normalized != nil {
+		res.Normalized = b.normalized.Summaries()
 	}
 	// The manifest goes last and describes only complete model directories.
 	// A run that built and recorded nothing leaves the repository as it was.

@@ -1,0 +1,187 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kiln-ml/kiln/internal/testutil"
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/ort"
+)
+
+// PP-OCR's direction classifier stores its weights as Constant nodes: the
+// normalizer turns them into initializers, so calibration quantizes every
+// Conv per channel and the int8 variant is built from it.
+func TestRealPPOCRClsCalibrates(t *testing.T) {
+	cls := testutil.NPMModel(t, "ch_ppocr_mobile_v2.0_cls_infer.onnx")
+	images := testutil.Images(t)
+	pre := "resize=48x192," + ppocrNorm
+	calib := filepath.Join(t.TempDir(), "calib")
+	if out, errOut, code := run(t, "calibrate", cls, "--data", images, "--preprocess", pre, "-o", calib, "--progress", "none"); code != 0 {
+		t.Fatalf("calibrate cls = exit %d\n%s\n%s", code, out, errOut)
+	}
+	b, err := os.ReadFile(filepath.Join(calib, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Quantization struct {
+			Opset   int
+			Weights []struct {
+				Node, Tensor string
+				Channels     int
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	perChannel := 0
+	for _, w := range rep.Quantization.Weights {
+		if w.Channels > 1 {
+			perChannel++
+		}
+	}
+	if rep.Quantization.Opset < 13 || perChannel < 30 {
+		t.Fatalf("cls Q/DQ model: opset %d, %d of %d weights per channel; want opset >= 13 and the Convs per channel", rep.Quantization.Opset, perChannel, len(rep.Quantization.Weights))
+	}
+	// Seven photographs are too few to calibrate a text-direction
+	// classifier: 4 calibrate, 3 validate, and the int8 model's cosine on
+	// the validation split stays near 0.96. convert's check must refuse it
+	// with the metric rather than build it.
+	repo := filepath.Join(t.TempDir(), "repo")
+	out, errOut, code := run(t, "convert", cls, "--repo", repo, "--precision", "int8", "--calib-dir", calib, "--progress", "none")
+	switch {
+	case code == 0 && strings.Contains(out, "built"):
+		t.Logf("cls int8 built:\n%s", out)
+	case code == ExitCheck && strings.Contains(out, "cosine"):
+		t.Logf("cls int8 refused by the check, as it should be on 4 calibration images:\n%s", out)
+	default:
+		t.Fatalf("convert cls int8 = exit %d\n%s\n%s\nwant it built, or refused by the check with its cosine", code, out, errOut)
+	}
+}
+
+// Silero VAD with its sample rate fixed converts to fp32 and fp16 (the
+// scalar sr, which Triton cannot serve, is gone), and on 250 chunks of
+// generated audio, with the LSTM state carried from chunk to chunk, both
+// variants make the fp32 source's speech decisions.
+func TestRealSileroFix(t *testing.T) {
+	vad := testutil.NPMModel(t, "silero_vad_v5.onnx")
+	repo := filepath.Join(t.TempDir(), "repo")
+	out, errOut, code := run(t, "convert", vad, "--repo", repo, "--precision", "fp32,fp16", "--fix", "sr=16000",
+		"--shape", "input=1x512", "--shape", "state=2x1x128", "--progress", "none")
+	if code != 0 || !strings.Contains(out, "fixed input sr to 16000") {
+		t.Fatalf("convert silero --fix sr=16000 = exit %d\n%s\n%s", code, out, errOut)
+	}
+	if _, errOut, code := run(t, "convert", vad, "--repo", filepath.Join(t.TempDir(), "r"), "--precision", "fp32", "--input", "sr=16000",
+		"--shape", "input=1x512", "--shape", "state=2x1x128", "--progress", "none"); code == 0 || !strings.Contains(errOut, "--fix sr=") {
+		t.Errorf("convert silero without --fix = exit %d (%s), want the scalar error with advice naming --fix sr=", code, errOut)
+	}
+	want := vadDecisions(t, vad, true)
+	for _, v := range []string{"fp32", "fp16"} {
+		got := vadDecisions(t, filepath.Join(repo, "silero_vad_v5_onnx_"+v, "1", "model.onnx"), false)
+		agree, speech, worst, top := 0, 0, 0.0, float32(0)
+		for i := range want {
+			if want[i] > 0.5 {
+				speech++
+			}
+			if (want[i] > 0.5) == (got[i] > 0.5) {
+				agree++
+			}
+			worst, top = max(worst, math.Abs(float64(want[i]-got[i]))), max(top, want[i])
+		}
+		// The decisions are at 0.5; the probabilities themselves must agree
+		// too, so that a threshold elsewhere decides the same.
+		if agree != len(want) || worst > 0.01 {
+			t.Errorf("%s variant: %d of %d speech decisions match fp32, probabilities differ by up to %.4f", v, agree, len(want), worst)
+		}
+		t.Logf("%s variant: %d/%d decisions match (%d chunks of speech, fp32 probability up to %.3f), probabilities within %.2g", v, agree, len(want), speech, top, worst)
+	}
+}
+
+// vadDecisions runs 250 chunks of 512 samples (bursts of a voiced,
+// vowel-like sound between noise) through a Silero model with the state
+// carried, and returns the speech probability of each chunk.
+func vadDecisions(t *testing.T, path string, withSR bool) []float32 {
+	t.Helper()
+	s, err := ort.NewSession(path, ort.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	state, _ := onnx.NewTensor("state", []int64{2, 1, 128}, make([]float32, 256))
+	sr, _ := onnx.NewTensor("sr", []int64{}, []int64{16000})
+	probs := make([]float32, 250)
+	for c := range probs {
+		chunk := make([]float32, 512)
+		voiced := (c/25)%2 == 1
+		for i := range chunk {
+			tm := float64(c*512+i) / 16000
+			x := 0.01 * rng.NormFloat64()
+			if voiced { // a 140 Hz pulse train through two formants
+				f0 := 140.0
+				x += 0.3*math.Sin(2*math.Pi*f0*tm)*math.Sin(2*math.Pi*700*tm) + 0.2*math.Sin(2*math.Pi*f0*tm)*math.Sin(2*math.Pi*1200*tm)
+			}
+			chunk[i] = float32(x)
+		}
+		in, _ := onnx.NewTensor("input", []int64{1, 512}, chunk)
+		feed := map[string]*onnx.Tensor{"input": in, "state": state}
+		if withSR {
+			feed["sr"] = sr
+		}
+		out, err := s.Run(context.Background(), feed, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		probs[c] = out["output"].Data.([]float32)[0]
+		state = out["stateN"]
+		state.Name = "state"
+	}
+	return probs
+}
+
+// A quantized source gets its int8 variant, and fp32/fp16 requests are
+// refused: their labels would be false.
+func TestConvertQuantizedSource(t *testing.T) {
+	_, calib := servedRepo(t)
+	q := filepath.Join(calib, "model.int8.onnx")
+	_, errOut, code := run(t, "convert", q, "--repo", filepath.Join(t.TempDir(), "r"), "--precision", "fp32,fp16", "--progress", "none")
+	if code != ExitUsage || !strings.Contains(errOut, "already quantized") {
+		t.Errorf("convert of an int8 model to fp32,fp16 = exit %d (%s), want a usage error saying it is already quantized", code, errOut)
+	}
+	repo := filepath.Join(t.TempDir(), "repo")
+	if out, errOut, code := run(t, "convert", q, "--repo", repo, "--precision", "int8", "--progress", "none"); code != 0 || !strings.Contains(out, "int8") {
+		t.Errorf("convert of an int8 model to int8 = exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// The corpus's real models convert to fp32 and fp16 and pass kiln serve;
+// MLSD's fp16 variant is refused by convert's check (its scores output is a
+// local-maximum mask, Equal(sigmoid, MaxPool(sigmoid)), whose peaks move
+// when fp16 rounding breaks near-ties).
+func TestRealCorpusModelsConvertAndServe(t *testing.T) {
+	for _, name := range []string{"blazeface_front_128", "superres_subpixel", "yolox_nano_3cls", "mlsd_tiny_320"} {
+		t.Run(name, func(t *testing.T) {
+			src := testutil.Corpus(t, "models", "real", name+".onnx")
+			repo := filepath.Join(t.TempDir(), "repo")
+			out, errOut, code := run(t, "convert", src, "--repo", repo, "--precision", "fp32,fp16", "--progress", "none")
+			if name == "mlsd_tiny_320" {
+				if code != ExitCheck || !strings.Contains(out, `output "scores"`) {
+					t.Fatalf("convert mlsd = exit %d\n%s\n%s\nwant its fp16 variant refused naming output scores", code, out, errOut)
+				}
+			} else if code != 0 {
+				t.Fatalf("convert %s = exit %d\n%s\n%s", name, code, out, errOut)
+			}
+			if stdout, errOut, code := run(t, "serve", repo, "--perf=false"); code != 0 {
+				t.Errorf("serve %s = exit %d\n%s\n%s", name, code, stdout, errOut)
+			}
+		})
+	}
+}
