@@ -185,3 +185,19 @@ func TestRealCorpusModelsConvertAndServe(t *testing.T) {
 		})
 	}
 }
+
+// PP-OCRv4's recognizer (opset 9, Constant weights) converts to fp16 that
+// loads in ONNX Runtime at its highest optimization level and matches fp32
+// on real images.
+func TestRealPPOCRRecFP16(t *testing.T) {
+	rec := testutil.NPMModel(t, "ch_PP-OCRv4_rec_infer.onnx")
+	repo := filepath.Join(t.TempDir(), "repo")
+	out, errOut, code := run(t, "convert", rec, "--repo", repo, "--precision", "fp16", "--check-data", textImages(t),
+		"--check-preprocess", "resize=48x320,scale=1/255,mean=0.5:0.5:0.5,std=0.5:0.5:0.5", "--progress", "none")
+	if code != 0 {
+		t.Fatalf("convert rec fp16 = exit %d\n%s\n%s", code, out, errOut)
+	}
+	if c := checkedCosine(t, repo, "ch_pp-ocrv4_rec_infer_onnx_fp16"); c < 0.999 {
+		t.Errorf("rec fp16: cosine %.6f against fp32, want >= 0.999", c)
+	}
+}
