@@ -273,25 +273,37 @@ type Manifest struct {
 
 // SourceNamed returns the source record of the base model name, or nil.
 func (m *Manifest) SourceNamed(name string) *Source {
-	for _, s := range m.Sources {
-		if s.Name == name {
-			return s
-		}
-	}
-	return nil
+	return named(m.Sources, name, func(s *Source) string { return s.Name })
 }
 
 // PutSource adds or replaces the source record of s.Name, keeping Sources
 // sorted by name.
 func (m *Manifest) PutSource(s *Source) {
-	for i, old := range m.Sources {
-		if old.Name == s.Name {
-			m.Sources[i] = s
-			return
+	m.Sources = put(m.Sources, s, func(s *Source) string { return s.Name })
+}
+
+// named finds the record called name in list, or nil.
+func named[T any](list []*T, name string, key func(*T) string) *T {
+	for _, r := range list {
+		if key(r) == name {
+			return r
 		}
 	}
-	m.Sources = append(m.Sources, s)
-	sort.Slice(m.Sources, func(i, j int) bool { return m.Sources[i].Name < m.Sources[j].Name })
+	return nil
+}
+
+// put replaces the record of r's name in list, or adds r keeping the list
+// sorted by name.
+func put[T any](list []*T, r *T, key func(*T) string) []*T {
+	for i, old := range list {
+		if key(old) == key(r) {
+			list[i] = r
+			return list
+		}
+	}
+	list = append(list, r)
+	sort.Slice(list, func(i, j int) bool { return key(list[i]) < key(list[j]) })
+	return list
 }
 
 // New returns an empty manifest written by the given tool version.
@@ -301,24 +313,12 @@ func New(tool string) *Manifest {
 
 // Model returns the record for name, or nil.
 func (m *Manifest) Model(name string) *Model {
-	for _, r := range m.Models {
-		if r.Name == name {
-			return r
-		}
-	}
-	return nil
+	return named(m.Models, name, func(r *Model) string { return r.Name })
 }
 
 // Put adds or replaces the record with the same name, keeping records sorted by name.
 func (m *Manifest) Put(r *Model) {
-	for i, old := range m.Models {
-		if old.Name == r.Name {
-			m.Models[i] = r
-			return
-		}
-	}
-	m.Models = append(m.Models, r)
-	sort.Slice(m.Models, func(i, j int) bool { return m.Models[i].Name < m.Models[j].Name })
+	m.Models = put(m.Models, r, func(r *Model) string { return r.Name })
 }
 
 // Validate checks names, digests and file paths.
