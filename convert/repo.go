@@ -119,6 +119,7 @@ func (b *builder) fp16Model(ctx context.Context) (art, file string, err error) {
 		}
 		b.fp16Kept = len(an.Kept)
 	}
+	opts.NodeBlockList = append(append([]string{}, opts.NodeBlockList...), b.fp16Extra...)
 	out, rep, err := fp16.Convert(b.model, opts)
 	if err != nil {
 		return "", "", err

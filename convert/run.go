@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/kiln-ml/kiln/internal/atomicfile"
@@ -183,7 +182,8 @@ type builder struct {
 	// precision is what the source computes in, why says how kiln knows.
 	precision normalize.Precision
 	why       string
-	fp16Kept  int // nodes the data-aware pass kept in fp32
+	fp16Kept  int      // nodes the data-aware pass kept in fp32
+	fp16Extra []string // nodes kept in fp32 after a failed check (widen.go)
 }
 
 // newBuilder does what comes before any variant: the model name, the label
@@ -358,7 +358,7 @@ func (b *builder) variant(ctx context.Context, v manifest.Variant) Row {
 	var art *artifact
 	switch v.Runtime {
 	case manifest.RuntimeONNX:
-		art, err = b.onnxArtifact(ctx, v)
+		art, err = b.checkedONNX(ctx, v, model)
 	case manifest.RuntimeTRT:
 		art, err = b.planArtifact(ctx, v)
 	default:
@@ -366,16 +366,6 @@ func (b *builder) variant(ctx context.Context, v manifest.Variant) Row {
 	}
 	if err != nil {
 		return b.fail(row, start, err)
-	}
-	if v.Runtime == manifest.RuntimeONNX {
-		checks, note, err := b.checkVariant(ctx, v, model, art.file)
-		if err != nil {
-			return b.fail(row, start, err)
-		}
-		art.checks = checks
-		if note != "" {
-			art.note = strings.TrimPrefix(art.note+"; "+note, "; ")
-		}
 	}
 	rec, err := b.write(v, model, art)
 	if err != nil {
