@@ -24,6 +24,11 @@ func KindOf(shape []int64, batched bool) Kind {
 	switch {
 	case classes(sample) > 1:
 		return KindClassifier
+	case channelsLast(sample, batched):
+		// [N,H,W,C] with a few channels last (TensorFlow's layout): the
+		// argmax and mask agreement read the channels on dimension 1, so
+		// they would compare rows of pixels; the elementwise metrics judge it.
+		return KindOther
 	case batched && len(sample) == 2 && sample[0] != 1:
 		// [N,A,B] is as often a sequence ([N,T,classes] of a CTC
 		// recognizer, [N,L,D] hidden states) as a mask; only [N,1,L] is
@@ -45,4 +50,15 @@ func classes(sample []int64) int64 {
 		return sample[0]
 	}
 	return 0
+}
+
+// channelsLast reports whether a rank-3 sample looks like H,W,C: its last
+// dimension known and smaller than the two before it, which are larger
+// than 1 ([160,160,4], [160,160,1]).
+func channelsLast(sample []int64, batched bool) bool {
+	if !batched || len(sample) != 3 {
+		return false
+	}
+	h, w, c := sample[0], sample[1], sample[2]
+	return c > 0 && h > 1 && w > 1 && c < h && c < w
 }

@@ -31,6 +31,9 @@ func TestKindOf(t *testing.T) {
 		{[]int64{-1, -1, 6625}, true, KindOther}, // PP-OCR's recognizer: [N,T,6625] softmax
 		{[]int64{1000, 1, 2}, false, KindDense},
 		{[]int64{8, 1000, 1, 2}, true, KindDense},
+		{[]int64{1, 160, 160, 4}, true, KindOther}, // NHWC regression map (MLSD's offsets)
+		{[]int64{1, 160, 160, 1}, true, KindOther}, // NHWC mask: dimension 1 is not its channel
+		{[]int64{1, 3, 160, 160}, true, KindDense},
 		{[]int64{64, 64}, false, KindOther}, // unbatched rank 2: a matrix, not a map
 	} {
 		t.Run(fmt.Sprint(tc.shape, tc.batched), func(t *testing.T) {
