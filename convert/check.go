@@ -10,7 +10,6 @@ import (
 	"github.com/kiln-ml/kiln/dataset"
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/manifest"
-	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/ort"
 )
 
@@ -90,7 +89,7 @@ func (b *builder) reference(ctx context.Context) (*reference, error) {
 		return r, r.err
 	}
 	r.data = data
-	if r.ref, err = check.RunReference(ctx, sessionRunner{sess}, feeds, nil); err != nil {
+	if r.ref, err = check.RunReference(ctx, ort.Runner{Session: sess}, feeds, nil); err != nil {
 		r.err = fmt.Errorf("running the fp32 source for the checks: %w", err)
 	}
 	return r, r.err
@@ -130,7 +129,7 @@ func (b *builder) checkVariant(ctx context.Context, v manifest.Variant, model, f
 		return nil, "", &CheckError{Variant: v.ID(), Err: fmt.Errorf("it does not load in ONNX Runtime: %w", err)}
 	}
 	defer sess.Close()
-	res, err := ref.ref.Compare(ctx, sessionRunner{sess}, func(output string) check.Thresholds {
+	res, err := ref.ref.Compare(ctx, ort.Runner{Session: sess}, func(output string) check.Thresholds {
 		return check.Resolve(check.Defaults(v.Precision), b.cfg.Check.Thresholds, model, output)
 	})
 	if err != nil {
@@ -156,11 +155,4 @@ func (b *builder) checkVariant(ctx context.Context, v manifest.Variant, model, f
 		return raw, "", &CheckError{Variant: v.ID(), Failures: res.Failures}
 	}
 	return raw, note, nil
-}
-
-// sessionRunner adapts an ort.Session to check.Runner.
-type sessionRunner struct{ s *ort.Session }
-
-func (r sessionRunner) Run(ctx context.Context, in map[string]*onnx.Tensor) (map[string]*onnx.Tensor, error) {
-	return r.s.Run(ctx, in, nil)
 }

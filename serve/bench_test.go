@@ -53,7 +53,7 @@ func BenchmarkSweepVsBareLoop(b *testing.B) {
 	for range b.N {
 		for range 5 {
 			bare := bareLoop(b, s, feed, benchWindow)
-			pts, err := Sweep(ctx, ortSession{s}, feed, []int{1}, PerfConfig{Concurrency: []int{1}, Window: benchWindow})
+			pts, err := Sweep(ctx, ort.Runner{Session: s}, feed, []int{1}, PerfConfig{Concurrency: []int{1}, Window: benchWindow})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -114,7 +114,7 @@ func endpointVsInProcess(b *testing.B, model *onnxpb.ModelProto) {
 	var ratios []float64
 	for range b.N {
 		for range 5 {
-			in := throughput(b, ortSession{local}, feed, 4)
+			in := throughput(b, ort.Runner{Session: local}, feed, 4)
 			over := throughput(b, remote, feed, 4)
 			ratios = append(ratios, over/in)
 		}

@@ -84,7 +84,7 @@ func kserveModel(a Artifact, so ort.SessionOptions) (kserve.Model, func() error,
 		return kserve.Model{}, nil, err
 	}
 	m := kserve.Model{Name: a.Name, Version: strconv.FormatInt(max(a.Version, 1), 10), Platform: a.Platform, MaxBatchSize: a.MaxBatch,
-		MaxQueueDelay: a.MaxQueueDelay, PreferredBatchSizes: a.PreferredBatch, Instances: max(a.Instances, 1), Runner: ortSession{s}}
+		MaxQueueDelay: a.MaxQueueDelay, PreferredBatchSizes: a.PreferredBatch, Instances: max(a.Instances, 1), Runner: ort.Runner{Session: s}}
 	if m.Inputs, err = tensorMetas(s.Inputs(), a.MaxBatch > 0); err == nil {
 		m.Outputs, err = tensorMetas(s.Outputs(), a.MaxBatch > 0)
 	}

@@ -80,7 +80,7 @@ func (r *runner) checkGroup(ctx context.Context, rep *report.Report, g group, pr
 	if rep.Data.Kind == "" {
 		rep.Data = reportData(data)
 	}
-	ref, err := check.RunReference(ctx, ortSession{sess}, feeds, nil)
+	ref, err := check.RunReference(ctx, ort.Runner{Session: sess}, feeds, nil)
 	if err != nil {
 		refFailed("run", err)
 		return nil

@@ -90,17 +90,8 @@ func (r ORT) Open(_ context.Context, a Artifact) (Session, error) {
 		}
 		return nil, &LoadError{Artifact: a.Name, Err: err}
 	}
-	return ortSession{s}, nil
+	return ort.Runner{Session: s}, nil
 }
-
-// ortSession adapts an ort.Session to Session.
-type ortSession struct{ s *ort.Session }
-
-func (o ortSession) Run(ctx context.Context, in map[string]*onnx.Tensor) (map[string]*onnx.Tensor, error) {
-	return o.s.Run(ctx, in, nil)
-}
-
-func (o ortSession) Close() error { return o.s.Close() }
 
 // ORTSignature converts a session's inputs to the signature form feeds use.
 func ORTSignature(infos []ort.IOInfo) []onnx.ValueInfo {

@@ -14,18 +14,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/internal/check"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kiln-ml/kiln/onnx"
 )
 
 // Runner runs a model on named input tensors and returns its outputs by
-// name. With dynamic batching, inputs are stacked along dimension 0 and
-// every output must keep that dimension. Run may be called concurrently up
-// to the model's Instances.
-type Runner interface {
-	Run(ctx context.Context, inputs map[string]*onnx.Tensor) (map[string]*onnx.Tensor, error)
-}
+// name: kiln's one runner interface (check.Runner). With dynamic batching,
+// inputs are stacked along dimension 0 and every output must keep that
+// dimension. Run may be called concurrently up to the model's Instances.
+type Runner = check.Runner
 
 // Model is one model version a Server serves, described as Triton's
 // config.pbtxt describes it.
