@@ -164,19 +164,8 @@ func outputType(n *onnxpb.NodeProto, types map[string]onnx.DataType) (onnx.DataT
 			}
 		}
 	case "Constant":
-		for _, a := range n.GetAttribute() {
-			switch a.GetName() {
-			case "value":
-				if a.GetT() != nil {
-					return onnx.DataType(a.GetT().GetDataType()), true
-				}
-			case "value_float", "value_floats":
-				return onnx.Float, true
-			case "value_int", "value_ints":
-				return onnx.Int64, true
-			case "value_string", "value_strings":
-				return onnx.String, true
-			}
+		if dt := onnx.ConstantType(n); dt != onnx.Undefined {
+			return dt, true
 		}
 	case "ConstantOfShape":
 		for _, a := range n.GetAttribute() {

@@ -354,3 +354,28 @@ func (m *Model) Params() []ParamStats {
 	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
 	return out
 }
+
+// ConstantType is the element type a Constant node produces, from the one
+// value attribute it has (value, sparse_value, value_float(s),
+// value_int(s), value_string(s)); Undefined when none says.
+func ConstantType(n *onnxpb.NodeProto) DataType {
+	for _, a := range n.GetAttribute() {
+		switch a.GetName() {
+		case "value":
+			if a.GetT() != nil {
+				return DataType(a.GetT().GetDataType())
+			}
+		case "sparse_value":
+			if a.GetSparseTensor() != nil {
+				return DataType(a.GetSparseTensor().GetValues().GetDataType())
+			}
+		case "value_float", "value_floats":
+			return Float
+		case "value_int", "value_ints":
+			return Int64
+		case "value_string", "value_strings":
+			return String
+		}
+	}
+	return Undefined
+}

@@ -175,7 +175,7 @@ func (o outTypes) general(op string) ([]onnx.DataType, bool) {
 	n := o.n
 	switch op {
 	case "Constant":
-		return o.all(constantType(n)), true
+		return o.all(onnx.ConstantType(n)), true
 	case "ConstantOfShape":
 		if a := attr(n, "value"); a != nil && a.T != nil {
 			return o.all(onnx.DataType(a.T.GetDataType())), true
@@ -234,29 +234,6 @@ func (o outTypes) quantOrText(op string) ([]onnx.DataType, bool) {
 		return o.all(onnx.Uint8), true
 	}
 	return nil, false
-}
-
-// constantType is the element type a Constant node produces.
-func constantType(n *onnxpb.NodeProto) onnx.DataType {
-	for _, a := range n.GetAttribute() {
-		switch a.GetName() {
-		case "value":
-			if a.T != nil {
-				return onnx.DataType(a.T.GetDataType())
-			}
-		case "value_float", "value_floats":
-			return onnx.Float
-		case "value_int", "value_ints":
-			return onnx.Int64
-		case "value_string", "value_strings":
-			return onnx.String
-		case "sparse_value":
-			if a.SparseTensor != nil {
-				return onnx.DataType(a.SparseTensor.GetValues().GetDataType())
-			}
-		}
-	}
-	return onnx.Undefined
 }
 
 // fixedFloat reports whether output i of a kept node stays float32 whatever

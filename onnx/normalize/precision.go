@@ -341,7 +341,7 @@ func elemTypesOf(n *onnxpb.NodeProto, types map[string]onnx.DataType) []onnx.Dat
 	case op == "CastLike":
 		out[0] = in(1)
 	case op == "Constant":
-		out[0] = constElemType(n)
+		out[0] = onnx.ConstantType(n)
 	case op == "ConstantOfShape":
 		out[0] = onnx.Float
 		if a := precAttr(n, "value"); a != nil && a.GetT() != nil {
@@ -425,22 +425,4 @@ func bodyElemTypes(n *onnxpb.NodeProto) []onnx.DataType {
 		}
 	}
 	return out
-}
-
-func constElemType(n *onnxpb.NodeProto) onnx.DataType {
-	for _, a := range n.GetAttribute() {
-		switch a.GetName() {
-		case "value":
-			return onnx.DataType(a.GetT().GetDataType())
-		case "sparse_value":
-			return onnx.DataType(a.GetSparseTensor().GetValues().GetDataType())
-		case "value_float", "value_floats":
-			return onnx.Float
-		case "value_int", "value_ints":
-			return onnx.Int64
-		case "value_string", "value_strings":
-			return onnx.String
-		}
-	}
-	return onnx.Undefined
 }
