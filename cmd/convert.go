@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -18,11 +17,9 @@ import (
 	"github.com/kiln-ml/kiln/calibrate"
 	"github.com/kiln-ml/kiln/convert"
 	"github.com/kiln-ml/kiln/dataset"
-	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/internal/execx"
 	"github.com/kiln-ml/kiln/internal/trtexec"
 	"github.com/kiln-ml/kiln/manifest"
-	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/pbtxt"
 )
 
@@ -358,29 +355,4 @@ func init() {
 		}
 		return ""
 	})
-}
-
-// fixFlag is --fix, shared by convert and calibrate.
-func fixFlag(f *pflag.FlagSet, p *[]string) {
-	f.StringArrayVar(p, "fix", nil, "fold an input into the model as a constant: NAME=NUMBER or NAME=FILE.npy (repeatable), e.g. --fix sr=16000; If branches it decides are resolved and the input disappears (Triton cannot serve scalars without batching)")
-}
-
-// fixedInputs reads --fix values as tensors of the model's input types.
-func fixedInputs(model string, values []string) (map[string]*onnx.Tensor, error) {
-	if len(values) == 0 {
-		return nil, nil
-	}
-	named, err := check.ParseInputs(values)
-	if err != nil {
-		return nil, usageErr(errors.New("--fix: " + strings.TrimPrefix(err.Error(), "--input: ")))
-	}
-	m, err := onnx.LoadWith(model, onnx.LoadOptions{SkipExternalData: true})
-	if err != nil {
-		return nil, err
-	}
-	ts, err := check.NamedTensors(m.Inputs(), named)
-	if err != nil {
-		return nil, usageErr(fmt.Errorf("--fix: %w", err))
-	}
-	return ts, nil
 }

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -10,7 +11,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/manifest"
+	"github.com/kiln-ml/kiln/onnx"
 )
 
 // kiln's flag vocabulary: one flag per concept, the same in every command
@@ -247,4 +250,71 @@ func durationFlag(f *pflag.FlagSet, p *time.Duration, name string, unit time.Dur
 		}
 		return d.String()
 	}}, name, usage)
+}
+
+// feedFlags are the flags that say what a model is fed (serve, inspect
+// --run, convert's checks): inputs by name, shapes of the rest, samples.
+type feedFlags struct {
+	named   []string
+	shapes  []string
+	samples int
+	batch   int
+	seed    uint64
+}
+
+// addFlags defines the flags; prefix starts the names of those another
+// flag of the command could clash with ("check-" in convert).
+func (o *feedFlags) addFlags(f *pflag.FlagSet, prefix string, defSamples string) {
+	f.StringArrayVar(&o.named, "input", nil, "feed an input by name: NAME=FILE.npy, NAME=FILE.pb or NAME=NUMBER for a scalar (repeatable), e.g. --input sr=16000")
+	f.StringArrayVar(&o.shapes, "shape", nil, "shape of an input filled with random data: NAME=DIMS, e.g. --shape x=1x3x640x640 (repeatable)")
+	f.IntVar(&o.samples, prefix+"samples", 0, "samples to check with (0: "+defSamples+")")
+	f.IntVar(&o.batch, "check-batch", 1, "samples per run of a batched model during the checks")
+	f.Uint64Var(&o.seed, prefix+"seed", 1, "seed of the sample choice and of random data")
+}
+
+// spec builds the feed spec the flags describe.
+func (o *feedFlags) spec() (check.FeedSpec, error) {
+	named, err := check.ParseInputs(o.named)
+	if err != nil {
+		return check.FeedSpec{}, usageErr(err)
+	}
+	shapes, err := check.ParseShapes(o.shapes)
+	if err != nil {
+		return check.FeedSpec{}, usageErr(err)
+	}
+	if o.batch < 1 {
+		return check.FeedSpec{}, usageErr(fmt.Errorf("--check-batch %d is not a whole number >= 1", o.batch))
+	}
+	return check.FeedSpec{Named: named, Shapes: shapes, Samples: o.samples, Batch: o.batch, Seed: o.seed}, nil
+}
+
+// thresholdFlag is --threshold, shared by serve and convert.
+func thresholdFlag(f *pflag.FlagSet, p *[]check.Override) {
+	listFlag(f, p, "threshold", "spec", "override a threshold: [MODEL[/OUTPUT]:]METRIC=VALUE, METRIC one of atol, rtol, cosine, worst_cosine, top1, top5, agreement, norm_deviation, allow_non_finite (repeatable)",
+		check.ParseOverride, check.Override.String)
+}
+
+// fixFlag is --fix, shared by convert and calibrate.
+func fixFlag(f *pflag.FlagSet, p *[]string) {
+	f.StringArrayVar(p, "fix", nil, "fold an input into the model as a constant: NAME=NUMBER or NAME=FILE.npy (repeatable), e.g. --fix sr=16000; If branches it decides are resolved and the input disappears (Triton cannot serve scalars without batching)")
+}
+
+// fixedInputs reads --fix values as tensors of the model's input types.
+func fixedInputs(model string, values []string) (map[string]*onnx.Tensor, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	named, err := check.ParseInputs(values)
+	if err != nil {
+		return nil, usageErr(errors.New("--fix: " + strings.TrimPrefix(err.Error(), "--input: ")))
+	}
+	m, err := onnx.LoadWith(model, onnx.LoadOptions{SkipExternalData: true})
+	if err != nil {
+		return nil, err
+	}
+	ts, err := check.NamedTensors(m.Inputs(), named)
+	if err != nil {
+		return nil, usageErr(fmt.Errorf("--fix: %w", err))
+	}
+	return ts, nil
 }
