@@ -271,9 +271,7 @@ func (o *inspectOptions) smokeInputs(ctx context.Context) func([]ort.IOInfo) (ma
 			return nil, err
 		}
 		spec.Samples, spec.Batch = o.batch, o.batch
-		for _, in := range infos {
-			spec.Inputs = append(spec.Inputs, in.ValueInfo())
-		}
+		spec.Inputs = ort.ValueInfos(infos)
 		feeds, _, err := check.Feeds(ctx, spec)
 		if err != nil {
 			return nil, err

@@ -421,3 +421,12 @@ type Runner struct{ *Session }
 func (r Runner) Run(ctx context.Context, inputs map[string]*onnx.Tensor) (map[string]*onnx.Tensor, error) {
 	return r.Session.Run(ctx, inputs, nil)
 }
+
+// ValueInfos converts a session's inputs or outputs (IOInfo.ValueInfo).
+func ValueInfos(infos []IOInfo) []onnx.ValueInfo {
+	out := make([]onnx.ValueInfo, len(infos))
+	for i, in := range infos {
+		out[i] = in.ValueInfo()
+	}
+	return out
+}

@@ -24,7 +24,7 @@ const benchWindow = 500 * time.Millisecond
 // benchFeed is one random sample for the tinynet model.
 func benchFeed(b *testing.B, s *ort.Session) check.Feed {
 	b.Helper()
-	feeds, _, err := check.Feeds(context.Background(), check.FeedSpec{Inputs: ORTSignature(s.Inputs()), Samples: 1})
+	feeds, _, err := check.Feeds(context.Background(), check.FeedSpec{Inputs: ort.ValueInfos(s.Inputs()), Samples: 1})
 	if err != nil {
 		b.Fatal(err)
 	}

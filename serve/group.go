@@ -72,7 +72,7 @@ func (r *runner) checkGroup(ctx context.Context, rep *report.Report, g group, pr
 	}
 	defer sess.Close()
 	spec := r.cfg.Feed
-	spec.Inputs = ORTSignature(sess.Inputs())
+	spec.Inputs = ort.ValueInfos(sess.Inputs())
 	feeds, data, err := check.Feeds(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("preparing inputs for %s: %w", g.ref.Name, err)

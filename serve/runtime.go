@@ -92,12 +92,3 @@ func (r ORT) Open(_ context.Context, a Artifact) (Session, error) {
 	}
 	return ort.Runner{Session: s}, nil
 }
-
-// ORTSignature converts a session's inputs to the signature form feeds use.
-func ORTSignature(infos []ort.IOInfo) []onnx.ValueInfo {
-	out := make([]onnx.ValueInfo, len(infos))
-	for i, in := range infos {
-		out[i] = in.ValueInfo()
-	}
-	return out
-}

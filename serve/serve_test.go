@@ -153,7 +153,7 @@ func referenceOutputs(t *testing.T, src string, spec check.FeedSpec) map[string]
 		t.Fatal(err)
 	}
 	defer s.Close()
-	spec.Inputs = ORTSignature(s.Inputs())
+	spec.Inputs = ort.ValueInfos(s.Inputs())
 	feeds, _, err := check.Feeds(context.Background(), spec)
 	if err != nil || len(feeds) != 1 {
 		t.Fatalf("Feeds = %d feeds, %v; want 1", len(feeds), err)
