@@ -91,7 +91,9 @@ func (b *builder) reference(ctx context.Context) (*reference, error) {
 	r.data = data
 	if r.ref, err = check.RunReference(ctx, ort.Runner{Session: sess}, feeds, nil); err != nil {
 		r.err = fmt.Errorf("running the fp32 source for the checks: %w", err)
+		return r, r.err
 	}
+	r.ref.Peaks = check.PeakOutputs(b.model)
 	return r, r.err
 }
 

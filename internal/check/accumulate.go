@@ -27,6 +27,8 @@ type Accumulator struct {
 	refType, gotType onnx.DataType
 	classes          int64  // KindClassifier: the class count
 	mode             string // KindDense: "argmax" or "mask"
+	peak             Peak   // KindPeaks: the pattern, and view, how a sample is read
+	view             peakView
 
 	samples     int
 	elements    int64
@@ -39,8 +41,11 @@ type Accumulator struct {
 	tolSample   string
 	top1, top5  int
 	agree, pos  int64
+	// KindPeaks: peak mass of each side, and the part of it kept.
+	refMass, refKept, gotMass, gotKept float64
 
-	bufRef, bufGot []float64
+	bufRef, bufGot   []float64
+	peakRef, peakGot []float64 // KindPeaks: co-located values
 }
 
 // NewAccumulator starts the comparison of the output named output, read as
@@ -52,6 +57,14 @@ func NewAccumulator(output string, kind Kind, th Thresholds) *Accumulator {
 		kind = KindOther
 	}
 	return &Accumulator{output: output, kind: kind, th: th}
+}
+
+// NewPeakAccumulator starts the comparison of an output PeakOutputs found,
+// read as KindPeaks. Where the first batch's shape does not show p's
+// spatial axes (a Reshape made them ambiguous), the output is read as
+// KindOther: strict, never looser.
+func NewPeakAccumulator(output string, p Peak, th Thresholds) *Accumulator {
+	return &Accumulator{output: output, kind: KindPeaks, peak: p, th: th}
 }
 
 // layout is how the samples of one batch are read.
@@ -171,6 +184,16 @@ func (a *Accumulator) layoutOf(ref, got *onnx.Tensor, ids []string, batched bool
 			return layout{}, fmt.Errorf("shape %v reads as a %s map, the first batch as a %s map", ref.Dims, mode, a.mode)
 		}
 		a.mode = mode
+	case KindPeaks:
+		v, ok := a.peak.viewOf(sample)
+		switch {
+		case !ok && !a.started:
+			a.kind = KindOther
+		case !ok || (a.started && !slices.Equal(v.spatial, a.view.spatial)):
+			return layout{}, fmt.Errorf("shape %v does not show the spatial axes of a %v peak map", ref.Dims, a.peak.Kernel)
+		default:
+			a.view = v
+		}
 	}
 	return l, nil
 }
@@ -230,6 +253,10 @@ func (a *Accumulator) Metrics() Metrics {
 		if a.classes > 5 {
 			m.Top5 = share(int64(a.top5), int64(a.samples))
 		}
+	case a.kind == KindPeaks:
+		recall, precision := keptShare(a.refKept, a.refMass), keptShare(a.gotKept, a.gotMass)
+		m.PeakRecall, m.PeakPrecision, m.PeakWindow = &recall, &precision, a.peak.window()
+		m.Agreement, m.AgreementKind = share1(min(recall, precision)), "peaks"
 	case a.kind == KindDense && a.pos > 0:
 		m.Agreement = share(a.agree, a.pos)
 		m.AgreementKind = a.mode
@@ -239,6 +266,17 @@ func (a *Accumulator) Metrics() Metrics {
 	}
 	return m
 }
+
+// keptShare is kept/mass, 1 when there is no mass: no peaks on a side
+// lose nothing.
+func keptShare(kept, mass float64) float64 {
+	if mass == 0 {
+		return 1
+	}
+	return kept / mass
+}
+
+func share1(v float64) *float64 { return &v }
 
 func share(n, of int64) *float64 {
 	v := float64(n) / float64(of)

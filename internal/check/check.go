@@ -37,6 +37,11 @@ const (
 	// agreement to the rest ([N,1,H,W], and every batched rank-3 output,
 	// [N,H,W] and [N,C,L] alike, read as a mask).
 	KindDense Kind = "dense"
+	// KindPeaks is a local-maximum map (x * (x == MaxPool(x)), see Peak),
+	// found from the graph rather than the shape: peak agreement applies,
+	// and the elementwise metrics and cosine are taken at the positions
+	// that are peaks on both sides.
+	KindPeaks Kind = "peaks"
 	// KindOther is anything else (regression values, state, int outputs):
 	// only the elementwise metrics apply.
 	KindOther Kind = "other"
@@ -81,9 +86,19 @@ type Metrics struct {
 	// the channel axis agrees (C > 1) or whose mask value > MaskThreshold
 	// agrees (C == 1, or a sample of rank 2 such as [N,H,W]: a mask of
 	// probabilities); nil for other kinds.
+	//
+	// For KindPeaks, Agreement is the lower of PeakRecall (the share of
+	// the reference's peak mass, the sum of |value| over its non-zero
+	// positions, that has a candidate peak within half the PeakWindow on
+	// every spatial axis) and PeakPrecision (the same from the candidate's
+	// side); Elements, the elementwise metrics, NormRatio and the cosines
+	// are then over the positions that are peaks on both sides.
 	Agreement     *float64 `json:"agreement,omitempty"`
-	AgreementKind string   `json:"agreement_kind,omitempty"` // "argmax" or "mask"
+	AgreementKind string   `json:"agreement_kind,omitempty"` // "argmax", "mask" or "peaks"
 	MaskThreshold float64  `json:"mask_threshold,omitempty"`
+	PeakRecall    *float64 `json:"peak_recall,omitempty"`
+	PeakPrecision *float64 `json:"peak_precision,omitempty"`
+	PeakWindow    string   `json:"peak_window,omitempty"` // the pooling kernel, "3x3"
 
 	// NaN and Inf count non-finite values in the candidate's output;
 	// RefNaN and RefInf in the reference's.

@@ -28,6 +28,9 @@ func (e *RunError) Unwrap() error { return e.Err }
 type Reference struct {
 	Feeds   []Feed
 	Outputs []string
+	// Peaks are the outputs to read as KindPeaks (PeakOutputs of the
+	// reference model); callers set it before Compare.
+	Peaks   map[string]Peak
 	results []map[string]*onnx.Tensor
 }
 
@@ -96,6 +99,9 @@ func (r *Reference) Compare(ctx context.Context, cand Runner, thresholds func(ou
 					kind = KindOther
 				}
 				accs[j] = NewAccumulator(o, kind, th)
+				if p, ok := r.Peaks[o]; ok {
+					accs[j] = NewPeakAccumulator(o, p, th)
+				}
 			}
 			if err := accs[j].Add(want, got[o], ids, batched); err != nil {
 				return nil, err
