@@ -157,7 +157,7 @@ func (p Preprocess) Apply(data []byte, name string) (*onnx.Tensor, error) {
 	if scale == 0 {
 		scale = 1
 	}
-	var mul, add [3]float32 // v*mul + add == (v*scale - mean) / std
+	var mul, add [4]float32 // v*mul + add == (v*scale - mean) / std
 	for c := range 3 {
 		std := p.Std[c]
 		if std == 0 {
@@ -165,28 +165,37 @@ func (p Preprocess) Apply(data []byte, name string) (*onnx.Tensor, error) {
 		}
 		mul[c], add[c] = scale/std, -p.Mean[c]/std
 	}
+	mul[3] = scale // alpha: scaled, and normalized only by a mean and std shared by all channels
+	if p.Mean[0] == p.Mean[1] && p.Mean[1] == p.Mean[2] && p.Std[0] == p.Std[1] && p.Std[1] == p.Std[2] {
+		mul[3], add[3] = mul[0], add[0]
+	}
+	alpha := p.Alpha*mul[3] + add[3]
 	src := [3]int{0, 1, 2}
-	if p.Channels == "BGR" {
+	if p.Channels == "BGR" || p.Channels == "BGRA" {
 		src = [3]int{2, 1, 0}
 	}
+	nc := p.channels()
 	nhwc := p.Layout == "NHWC"
-	vals := make([]float32, 3*ch*cw)
+	vals := make([]float32, nc*ch*cw)
 	for y := range ch {
 		row := m.pix[3*((top+y)*m.w+left):]
 		for x := range cw {
-			for c := range 3 {
-				v := row[3*x+src[c]]*mul[c] + add[c]
+			for c := range nc {
+				v := alpha
+				if c < 3 {
+					v = row[3*x+src[c]]*mul[c] + add[c]
+				}
 				if nhwc {
-					vals[3*(y*cw+x)+c] = v
+					vals[nc*(y*cw+x)+c] = v
 				} else {
 					vals[(c*ch+y)*cw+x] = v
 				}
 			}
 		}
 	}
-	dims := []int64{3, int64(ch), int64(cw)}
+	dims := []int64{int64(nc), int64(ch), int64(cw)}
 	if nhwc {
-		dims = []int64{int64(ch), int64(cw), 3}
+		dims = []int64{int64(ch), int64(cw), int64(nc)}
 	}
 	t := &onnx.Tensor{Name: name, Type: p.DType, Dims: dims}
 	switch p.DType {

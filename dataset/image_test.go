@@ -85,6 +85,15 @@ func TestPreprocessApply(t *testing.T) {
 			[]float32{255, 0, 0, 0, 0, 255}},
 		{"alpha dropped", pngOf(t, 1, 1, func(x, y int) color.NRGBA { return color.NRGBA{100, 50, 25, 0} }), Preprocess{}, []int64{3, 1, 1},
 			[]float32{100, 50, 25}},
+		// M-LSD's input: raw pixels and a constant alpha of 1, NHWC.
+		{"RGBA constant alpha NHWC", pngOf(t, 2, 1, grad), Preprocess{Channels: "RGBA", Alpha: 1, Layout: "NHWC"}, []int64{1, 2, 4},
+			[]float32{0, 0, 200, 1, 40, 0, 200, 1}},
+		// One mean and std for all channels normalize alpha too; three
+		// different ones leave it only scaled.
+		{"BGRA shared mean", pngOf(t, 2, 1, grad), Preprocess{Channels: "BGRA", Alpha: 255, Scale: 1.0 / 127.5, Mean: [3]float32{1, 1, 1}}, []int64{4, 1, 2},
+			[]float32{200*float32(1/127.5) - 1, 200*float32(1/127.5) - 1, -1, -1, -1, 40*float32(1/127.5) - 1, 1, 1}},
+		{"RGBA per-channel mean", pngOf(t, 1, 1, grad), Preprocess{Channels: "RGBA", Alpha: 100, Scale: 0.5, Mean: [3]float32{1, 2, 3}}, []int64{4, 1, 1},
+			[]float32{-1, -2, 97, 50}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -138,7 +147,12 @@ func TestParsePreprocess(t *testing.T) {
 		{"mean=1:2", Preprocess{}, "want one value or three"},
 		{"scale=1/0", Preprocess{}, "division by zero"},
 		{"layout=NCWH", Preprocess{}, `layout "NCWH"`},
-		{"order=RGBA", Preprocess{}, `channel order "RGBA"`},
+		{"order=RGBA", Preprocess{Channels: "RGBA", Alpha: 255}, ""},
+		{"resize=320x320,alpha=1", Preprocess{Resize: [2]int{320, 320}, Channels: "RGBA", Alpha: 1}, ""},
+		{"alpha=0,order=bgr", Preprocess{Channels: "BGRA"}, ""},
+		{"order=BGRA,alpha=1/2", Preprocess{Channels: "BGRA", Alpha: 0.5}, ""},
+		{"alpha=256", Preprocess{}, "outside the pixels' 0..255"},
+		{"order=RGBX", Preprocess{}, `channel order "RGBX"`},
 		{"dtype=int64", Preprocess{}, "element type int64"},
 		{"dtype=complex", Preprocess{}, "unknown element type"},
 		{"size=3", Preprocess{}, "unknown key"},
@@ -188,6 +202,14 @@ func TestPreprocessInfer(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("%s: Infer(%v) = %+v, %v, want %+v", tt.name, tt.in, got, err, tt.want)
 		}
+	}
+	rgba := floatInput("input_image_with_alpha:0", 1, 320, 320, 4)
+	if _, err := (Preprocess{}).Infer(rgba, sampleShape(rgba, true)); err == nil || !strings.Contains(err.Error(), "alpha=") {
+		t.Errorf("Infer(4-channel input) without alpha = %v, want advice to add alpha=", err)
+	}
+	got, err := Preprocess{Channels: "RGBA", Alpha: 1}.Infer(rgba, sampleShape(rgba, true))
+	if err != nil || got.Layout != "NHWC" || got.Crop != [2]int{320, 320} {
+		t.Errorf("Infer(4-channel input) with RGBA = %+v, %v, want NHWC 320x320", got, err)
 	}
 	bad := floatInput("ids", -1, 128)
 	bad.Type = onnx.Int64

@@ -26,8 +26,15 @@ type Preprocess struct {
 	Scale float32
 	// Mean and Std are per output channel (in Channels order).
 	Mean, Std [3]float32
-	// Channels is "RGB" or "BGR".
+	// Channels is "RGB" or "BGR", or "RGBA" or "BGRA" for models that take
+	// a fourth channel (M-LSD's input_image_with_alpha).
 	Channels string
+	// Alpha is the value of the fourth channel of RGBA and BGRA, in the
+	// pixels' 0..255 scale (scaled like them, and normalized too when the
+	// three means and the three stds are each equal): a constant, since
+	// the decoded images' own alpha is dropped. ParsePreprocess sets 255
+	// (opaque) when an RGBA or BGRA order comes without alpha=.
+	Alpha float32
 	// Layout is "NCHW" (tensor [3,H,W]) or "NHWC" (tensor [H,W,3]).
 	Layout string
 	// DType is onnx.Float, onnx.Float16 or onnx.Uint8 (rounded, clamped).
@@ -57,6 +64,7 @@ var Presets = map[string]Preprocess{
 // ("1/255"); mean and std take one value or three separated by ':'.
 func ParsePreprocess(s string) (Preprocess, error) {
 	var p Preprocess
+	alpha := false
 	for i, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -71,9 +79,20 @@ func ParsePreprocess(s string) (Preprocess, error) {
 			p = preset
 			continue
 		}
-		if err := p.set(strings.ToLower(strings.TrimSpace(key)), strings.TrimSpace(val)); err != nil {
+		key = strings.ToLower(strings.TrimSpace(key))
+		if err := p.set(key, strings.TrimSpace(val)); err != nil {
 			return Preprocess{}, fmt.Errorf("preprocess %q: %s: %w", s, key, err)
 		}
+		alpha = alpha || key == "alpha"
+	}
+	switch {
+	case alpha && (p.Channels == "" || p.Channels == "RGB" || p.Channels == "BGR"):
+		if p.Channels == "" {
+			p.Channels = "RGB"
+		}
+		p.Channels += "A" // alpha= alone asks for the fourth channel
+	case !alpha && p.hasAlpha():
+		p.Alpha = 255
 	}
 	return p, p.Validate()
 }
@@ -100,12 +119,17 @@ func (p *Preprocess) set(key, val string) error {
 		p.Std, err = parseTriple(val)
 	case "order", "channels":
 		p.Channels = strings.ToUpper(val)
+	case "alpha":
+		p.Alpha, err = parseFloat(val)
+		if err == nil && (p.Alpha < 0 || p.Alpha > 255) {
+			err = fmt.Errorf("alpha %g is outside the pixels' 0..255", p.Alpha)
+		}
 	case "layout":
 		p.Layout = strings.ToUpper(val)
 	case "dtype":
 		p.DType, err = onnx.ParseDataType(val)
 	default:
-		err = errors.New("unknown key (want resize, crop, scale, mean, std, order, layout or dtype)")
+		err = errors.New("unknown key (want resize, crop, scale, mean, std, order, alpha, layout or dtype)")
 	}
 	return err
 }
@@ -189,6 +213,9 @@ func (p Preprocess) String() string {
 	if p.Channels != "" {
 		parts = append(parts, "order="+p.Channels)
 	}
+	if p.hasAlpha() {
+		parts = append(parts, "alpha="+strconv.FormatFloat(float64(p.Alpha), 'g', -1, 32))
+	}
 	if p.Layout != "" {
 		parts = append(parts, "layout="+p.Layout)
 	}
@@ -196,6 +223,17 @@ func (p Preprocess) String() string {
 		parts = append(parts, "dtype="+p.DType.String())
 	}
 	return strings.Join(parts, ",")
+}
+
+// hasAlpha reports whether p adds a fourth, constant channel.
+func (p Preprocess) hasAlpha() bool { return p.Channels == "RGBA" || p.Channels == "BGRA" }
+
+// channels is how many channels p writes.
+func (p Preprocess) channels() int {
+	if p.hasAlpha() {
+		return 4
+	}
+	return 3
 }
 
 // Validate checks the fields on their own.
@@ -215,9 +253,9 @@ func (p Preprocess) Validate() error {
 		}
 	}
 	switch p.Channels {
-	case "", "RGB", "BGR":
+	case "", "RGB", "BGR", "RGBA", "BGRA":
 	default:
-		return fmt.Errorf("preprocess: channel order %q (want RGB or BGR)", p.Channels)
+		return fmt.Errorf("preprocess: channel order %q (want RGB, BGR, RGBA or BGRA)", p.Channels)
 	}
 	switch p.Layout {
 	case "", "NCHW", "NHWC":
@@ -241,12 +279,18 @@ func (p Preprocess) Infer(v onnx.ValueInfo, sampleDims []onnx.Dim) (Preprocess, 
 	if p.Channels == "" {
 		p.Channels = "RGB"
 	}
+	nc := int64(p.channels())
+	is := func(d onnx.Dim, n int64) bool { return d.Known && d.Value == n }
 	if p.Layout == "" {
 		p.Layout = "NCHW"
-		if len(sampleDims) == 3 && sampleDims[2].Known && sampleDims[2].Value == 3 &&
-			!(sampleDims[0].Known && sampleDims[0].Value == 3) {
+		if len(sampleDims) == 3 && is(sampleDims[2], nc) && !is(sampleDims[0], nc) {
 			p.Layout = "NHWC"
 		}
+	}
+	if len(sampleDims) == 3 && nc == 3 && (is(sampleDims[0], 4) || is(sampleDims[2], 4)) &&
+		!is(sampleDims[0], 3) && !is(sampleDims[2], 3) {
+		return p, fmt.Errorf("model input %q takes 4 channels (%s): add a constant fourth one with alpha=V (0..255, e.g. alpha=255) or order=RGBA",
+			v.Name, dimsString(sampleDims))
 	}
 	if p.DType == onnx.Undefined {
 		p.DType = onnx.Float
