@@ -100,6 +100,26 @@ func checkedCosine(t *testing.T, repo, model string) float64 {
 	return rec.Outputs[0].Cosine
 }
 
+// checkedOutput is the metrics convert recorded for one output of model.
+func checkedOutput(t *testing.T, repo, model, output string) check.Metrics {
+	t.Helper()
+	m, err := manifest.Read(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := check.ReadRecord(m.Model(model).Checks)
+	if err != nil || rec == nil {
+		t.Fatalf("kiln.json check record of %s = %+v, %v", model, rec, err)
+	}
+	for _, o := range rec.Outputs {
+		if o.Output == output {
+			return o
+		}
+	}
+	t.Fatalf("kiln.json check record of %s has no output %q", model, output)
+	return check.Metrics{}
+}
+
 // textImages is a directory holding the two scans of printed text of
 // python3-skimage (page.png, text.png): what a text detector is for.
 func textImages(t *testing.T) string {
