@@ -104,7 +104,7 @@ func (b *builder) fp16Model(ctx context.Context) (art, file string, err error) {
 	opts := b.cfg.FP16
 	// The data-aware pass: the fp32 model run on the check's samples
 	// keeps in fp32 every node whose values leave fp16's safe range.
-	if ref, err := b.reference(ctx); err == nil && opts.OpBlockList == nil && len(opts.NodeBlockList) == 0 {
+	if ref, err := b.reference(ctx); err == nil && opts.OpBlockList == nil && len(opts.NodeBlockList) == 0 && b.fp16Analysis == nil {
 		var samples []map[string]*onnx.Tensor
 		for _, f := range ref.ref.Feeds {
 			samples = append(samples, f.Tensors)
@@ -113,19 +113,25 @@ func (b *builder) fp16Model(ctx context.Context) (art, file string, err error) {
 		if err != nil {
 			return "", "", fmt.Errorf("analyzing the fp32 model's value ranges for fp16: %w", err)
 		}
-		opts.Analysis = an
 		for _, k := range an.Kept {
 			b.log.Info("kept in fp32 for the fp16 variant", "node", k.Node, "op", k.Op, "reason", k.Reason)
 		}
-		b.fp16Kept = len(an.Kept)
+		b.fp16Analysis, b.fp16Kept = an, len(an.Kept)
 	}
+	opts.Analysis = b.fp16Analysis
 	opts.NodeBlockList = append(append([]string{}, opts.NodeBlockList...), b.fp16Extra...)
 	out, rep, err := fp16.Convert(b.model, opts)
 	if err != nil {
 		return "", "", err
 	}
+	if b.fp16Warned == nil {
+		b.fp16Warned = map[string]bool{}
+	}
 	for _, w := range rep.Warnings {
-		b.log.Warn("fp16 rewrite: " + w)
+		if !b.fp16Warned[w] {
+			b.fp16Warned[w] = true
+			b.log.Warn("fp16 rewrite: " + w)
+		}
 	}
 	if b.fp16, err = b.save(out, "fp16"); err != nil {
 		return "", "", err

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kiln-ml/kiln/convert/fp16"
 	"github.com/kiln-ml/kiln/internal/atomicfile"
 	"github.com/kiln-ml/kiln/internal/progress"
 	"github.com/kiln-ml/kiln/manifest"
@@ -184,6 +185,11 @@ type builder struct {
 	why       string
 	fp16Kept  int      // nodes the data-aware pass kept in fp32
 	fp16Extra []string // nodes kept in fp32 after a failed check (widen.go)
+	// fp16Analysis is the data-aware pass's result, once run: a rebuild
+	// after a failed check (widen.go) reuses it, and logs only the rewrite
+	// warnings not yet logged (fp16Warned).
+	fp16Analysis *fp16.Analysis
+	fp16Warned   map[string]bool
 }
 
 // newBuilder does what comes before any variant: the model name, the label
