@@ -45,7 +45,7 @@ build: ## build ./kiln
 
 test: ort models ## run every test (fetches what it needs first)
 	$(GO) vet ./...
-	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
+	@test -z "$$(git ls-files '*.go' | xargs gofmt -l)" || { echo "gofmt needed on:"; git ls-files '*.go' | xargs gofmt -l; exit 1; }
 	$(GO) test -count=1 ./...
 	GOEXPERIMENT= $(GO) test -count=1 -run 'AddKernels|AddRelu|Collect' ./calibrate/  # the scalar kernels too
 
@@ -69,7 +69,7 @@ fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
 
 lint: ## go vet and gofmt
 	$(GO) vet ./...
-	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
+	@test -z "$$(git ls-files '*.go' | xargs gofmt -l)" || { echo "gofmt needed on:"; git ls-files '*.go' | xargs gofmt -l; exit 1; }
 
 generate: ## regenerate protobuf types and testdata models (needs protoc: apt-get install protobuf-compiler)
 	@command -v protoc >/dev/null || { echo "protoc not found: apt-get install -y protobuf-compiler"; exit 1; }
