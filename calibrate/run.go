@@ -287,6 +287,9 @@ func loadModel(ctx context.Context, path string, fix map[string]*onnx.Tensor) ([
 	if _, err := Observed(m); err != nil {
 		return nil, nil, err
 	}
+	if err := checkQuantizable(m); err != nil {
+		return nil, nil, err
+	}
 	for _, in := range m.Inputs() {
 		if in.Type == onnx.Float16 || in.Type == onnx.BFloat16 {
 			return nil, nil, fmt.Errorf("input %q is %s: calibrate the fp32 model", in.Name, in.Type)
