@@ -15,22 +15,27 @@ import (
 
 // Batched reports whether the model's inputs share dimension 0 as a batch
 // dimension: every input is a ranked tensor of rank 1 or more and their
-// dimension 0 is either not fixed or the same fixed value everywhere. An
-// empty signature counts as batched.
+// dimension 0 is either free everywhere or the same fixed value
+// everywhere. A fixed dimension 0 beside a free one is no batch dimension
+// (Silero VAD's state [2,?,128] beside input [?,?]: the 2 is LSTM layers),
+// so such a model is unbatched. An empty signature counts as batched.
 func Batched(sig []onnx.ValueInfo) bool {
-	fixed := int64(-1)
+	fixed, free := int64(-1), false
 	for _, v := range sig {
 		if !v.Shape.Ranked || len(v.Shape.Dims) == 0 {
 			return false
 		}
-		if d := v.Shape.Dims[0]; d.Known {
-			if fixed >= 0 && d.Value != fixed {
-				return false
-			}
+		d := v.Shape.Dims[0]
+		switch {
+		case !d.Known:
+			free = true
+		case fixed >= 0 && d.Value != fixed:
+			return false
+		default:
 			fixed = d.Value
 		}
 	}
-	return true
+	return !(free && fixed >= 0)
 }
 
 // sampleShape is the shape a Sample's tensor has for input v: v's shape
