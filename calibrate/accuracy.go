@@ -51,6 +51,12 @@ type Accuracy struct {
 	Outputs []OutputAccuracy `json:"outputs"`
 	// Tensors are sorted from the worst (lowest SQNR) to the best.
 	Tensors []TensorError `json:"tensors"`
+
+	// shapes are the fp32 dims of the outputs of the weighted nodes of
+	// the reference model in the first batch, which held shapeRows
+	// samples; they size the layers' compute (see layerMACs).
+	shapes    map[string][]int64
+	shapeRows int
 }
 
 // Evaluate runs the fp32 model ref and every quantized model on batches and
@@ -94,6 +100,11 @@ type evaluation struct {
 	localOrder []string
 	plans      []*evalPlan
 	samples    int
+	// weightedOuts are the outputs of ref's weighted nodes, whose shapes
+	// the first batch records (see Accuracy.shapes).
+	weightedOuts []string
+	shapes       map[string][]int64
+	shapeRows    int
 }
 
 // evalPlan is what one quantized model is run for and its sums.
@@ -149,6 +160,12 @@ func newEvaluation(ref *onnx.Model, models []*Quantized, r Ranges) *evaluation {
 		}
 		e.plans[i] = p
 	}
+	for _, n := range ref.Graph().GetNode() {
+		if weighted[n.GetOpType()] && len(n.GetOutput()) > 0 {
+			e.weightedOuts = append(e.weightedOuts, n.GetOutput()[0])
+			want(n.GetOutput()[0])
+		}
+	}
 	e.graphOrder, _ = Observed(ref)
 	return e
 }
@@ -190,6 +207,14 @@ func (e *evaluation) add(ctx context.Context, b *dataset.Batch) error {
 	if err := checkFinite(want, e.graphOrder, b.IDs); err != nil {
 		return err
 	}
+	if e.shapes == nil {
+		e.shapes, e.shapeRows = map[string][]int64{}, len(b.IDs)
+		for _, o := range e.weightedOuts {
+			if t := want[o]; t != nil {
+				e.shapes[o] = t.Dims
+			}
+		}
+	}
 	for _, a := range e.localOrder {
 		if t := want[a]; t != nil {
 			e.local[a].addFakeQuant(floats(t), e.scales[a])
@@ -221,7 +246,7 @@ func (e *evaluation) results(ref *onnx.Model) []*Accuracy {
 	producer := onnx.NewIndex(ref.Graph()).Producer
 	res := make([]*Accuracy, len(e.plans))
 	for i, p := range e.plans {
-		a := &Accuracy{Samples: e.samples}
+		a := &Accuracy{Samples: e.samples, shapes: e.shapes, shapeRows: e.shapeRows}
 		for j, o := range e.outputs {
 			a.Outputs = append(a.Outputs, p.acc[j].result(o))
 		}

@@ -187,6 +187,70 @@ func BenchmarkCalibrate(b *testing.B) {
 	}
 }
 
+// BenchmarkCalibrateScope times, side by side in one loop as
+// BenchmarkCalibrate does, plain inference and calibration (Collect plus
+// entropy ranges) in the two scopes: qdq (the default: only the tensors the
+// Q/DQ model quantizes) and all (every tensor, for --trt-cache and
+// --ort-table), on ResNetish(64) and the light inception_v1 at N = 256 and
+// 1024. Metrics: qdq/infer@N and all/infer@N, the time of each scope's
+// calibration over plain inference of the same samples.
+func BenchmarkCalibrateScope(b *testing.B) {
+	initORT(b)
+	for _, bm := range benchModels {
+		if bm.name != "resnetish" && bm.name != "inception_v1" {
+			continue
+		}
+		b.Run(bm.name, func(b *testing.B) {
+			m := &onnx.Model{Proto: bm.proto(b)}
+			sig := m.Inputs()
+			batch := cmp.Or(bm.batch, benchBatch)
+			data, err := m.Marshal()
+			if err != nil {
+				b.Fatal(err)
+			}
+			ns := []int{256, 1024}
+			all := batchesOfSize(b, memSource{input: sig[0].Name, dims: bm.dims, seed: 1, n: ns[len(ns)-1]}, sig, batch)
+			scopes := []Scope{ScopeQDQ, ScopeAll}
+			infer := make([]time.Duration, len(ns))
+			calib := make([][]time.Duration, len(ns))
+			for i := range calib {
+				calib[i] = make([]time.Duration, len(scopes))
+			}
+			timed := func(d *time.Duration, f func() error) {
+				debug.FreeOSMemory()
+				t0 := time.Now()
+				if err := f(); err != nil {
+					b.Fatal(err)
+				}
+				*d += time.Since(t0)
+			}
+			for b.Loop() {
+				for i, n := range ns {
+					batches := all[:n/batch]
+					timed(&infer[i], func() error { return inferJob(data, batches) })
+					for k, scope := range scopes {
+						timed(&calib[i][k], func() error {
+							st, err := Collect(context.Background(), m, replay(batches), CollectOptions{Session: benchSession, Scope: scope})
+							if err != nil {
+								return err
+							}
+							_, err = st.Ranges(Entropy, MethodOptions{})
+							return err
+						})
+					}
+				}
+			}
+			for i, n := range ns {
+				b.ReportMetric(float64(infer[i].Microseconds())/float64(b.N*n), fmt.Sprintf("infer-µs/sample@%d", n))
+				for k, scope := range scopes {
+					b.ReportMetric(float64(calib[i][k])/float64(infer[i]), fmt.Sprintf("%s/infer@%d", scope, n))
+				}
+			}
+			b.ReportMetric(0, "ns/op") // an iteration is six different jobs
+		})
+	}
+}
+
 // inferJob opens a session on model, runs every batch, handing each result
 // back for the next run as a steady-state inference loop would, and closes
 // the session.

@@ -64,6 +64,9 @@ func cacheKey(cfg Config) (manifest.Digest, error) {
 	if len(k.Exclude) == 0 {
 		k.Exclude = nil
 	}
+	if len(k.Target) == 0 {
+		k.Target = nil
+	}
 	data, err := json.Marshal(k)
 	if err != nil {
 		return "", fmt.Errorf("keying the calibration: %w", err)

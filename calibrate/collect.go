@@ -36,6 +36,9 @@ func (e *ActivationError) Unwrap() error { return e.Err }
 type CollectOptions struct {
 	// Session configures ONNX Runtime.
 	Session ort.SessionOptions
+	// Scope says which tensors are observed: "" and ScopeAll every tensor
+	// Observed lists, ScopeQDQ those the Q/DQ model quantizes.
+	Scope Scope
 	// Progress is called with the number of samples after each batch's
 	// statistics are in (it must not block); nil ignores progress.
 	Progress func(samples int)
@@ -51,7 +54,7 @@ type CollectOptions struct {
 }
 
 // Collect runs batches through the model with every observed tensor (see
-// Observed) as an extra output and keeps, per tensor, the running min/max and
+// Observed, and CollectOptions.Scope) as an extra output and keeps, per tensor, the running min/max and
 // a histogram of |x|; the first batch fixes the bin widths. Tensors whose
 // statistics follow exactly from another tensor's values (a ReLU output, a
 // reshaped copy; see derive) are not fetched but derived, and tensors that
@@ -148,7 +151,7 @@ type runResult struct {
 // inputFree) are fetched with the first run only: later runs use a second
 // session without them.
 func newCollector(m *onnx.Model, opts CollectOptions) (*collector, *Stats, error) {
-	names, err := Observed(m)
+	names, err := observedIn(m, opts.Scope)
 	if err != nil {
 		return nil, nil, err
 	}

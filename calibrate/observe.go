@@ -55,6 +55,48 @@ func Observed(m *onnx.Model) ([]string, error) {
 	return names, nil
 }
 
+// Scope says which tensors calibration observes.
+type Scope string
+
+const (
+	// ScopeQDQ observes the activations the Q/DQ model quantizes (see
+	// QDQTensors): all that ranges.json and model.int8.onnx need.
+	ScopeQDQ Scope = "qdq"
+	// ScopeAll observes every tensor Observed lists, as the TensorRT
+	// calibration cache and ONNX Runtime's TensorRT table need.
+	ScopeAll Scope = "all"
+)
+
+// observedIn lists the tensors observed in scope, in graph order: those
+// of Observed, and in ScopeQDQ only those QDQTensors lists (without
+// exclusions, so that the baseline of an excluded run has its ranges).
+// "" is ScopeAll.
+func observedIn(m *onnx.Model, scope Scope) ([]string, error) {
+	names, err := Observed(m)
+	switch {
+	case err != nil:
+		return nil, err
+	case scope == "" || scope == ScopeAll:
+		return names, nil
+	case scope != ScopeQDQ:
+		return nil, fmt.Errorf("unknown calibration scope %q (want %s or %s)", scope, ScopeQDQ, ScopeAll)
+	}
+	want := map[string]bool{}
+	for _, t := range QDQTensors(m, QuantizeOptions{}) {
+		want[t] = true
+	}
+	var qdq []string
+	for _, n := range names {
+		if want[n] {
+			qdq = append(qdq, n)
+		}
+	}
+	if len(qdq) == 0 {
+		return nil, ErrNothingToQuantize
+	}
+	return qdq, nil
+}
+
 // Augment returns a copy of m whose graph outputs also include tensors.
 // Added outputs carry their element type where the graph tells it and no
 // type otherwise (ONNX Runtime infers it); run the result with all outputs

@@ -1,6 +1,7 @@
 package calibrate
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,10 +31,11 @@ func (e *OutputError) Unwrap() error { return e.Err }
 
 // ReadOutput reads the directory Run wrote into what the int8 variants are
 // built from: the paths of the Q/DQ model and the TensorRT cache (each
-// empty when missing; one of them must be there), the model digest and the
-// calibration record from ranges.json (which must be there and valid), and
-// the Q/DQ model's agreement with fp32 on its first output from report.json
-// (zero without the report or without validation samples).
+// empty when missing, as the cache is unless Config.TRTCache asked for it;
+// one of them must be there), the model digest and the calibration record
+// from ranges.json (which must be there and valid), and the scope and the
+// Q/DQ model's agreement with fp32 on its first output from report.json
+// (empty and zero without the report; zero without validation samples).
 func ReadOutput(dir string) (manifest.CalibrationOutput, error) {
 	out := manifest.CalibrationOutput{Dir: dir}
 	if err := checkOutput(dir, &out); err != nil {
@@ -50,6 +52,13 @@ func ReadOutput(dir string) (manifest.CalibrationOutput, error) {
 		return manifest.CalibrationOutput{}, err
 	}
 	if rep != nil {
+		out.Calibration.Scope = string(rep.Scope)
+		if t := rep.Target; t != nil && t.Met {
+			out.Calibration.Target, out.Calibration.Int8Share = t.Target.String(), t.Int8Share
+			for _, l := range t.Kept {
+				out.Calibration.KeptFP32 = append(out.Calibration.KeptFP32, cmp.Or(l.Node, l.Output))
+			}
+		}
 		out.ValidationSamples = rep.ValidationSamples
 		out.Validation = rep.ValidationSplit
 		if rep.Accuracy != nil && len(rep.Accuracy.Outputs) > 0 {

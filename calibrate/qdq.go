@@ -176,6 +176,21 @@ func Quantize(m *onnx.Model, r Ranges, opts QuantizeOptions) (*Quantized, error)
 	return qz.q, nil
 }
 
+// QDQTensors lists the activations the Q/DQ model of m quantizes (see
+// Quantize) when every tensor has a calibrated range, in the order first
+// read: the placement Quantize follows (quantizer.findSites), decided on
+// the graph alone. Calibration observes these tensors by default (see
+// ScopeQDQ). m is not modified.
+func QDQTensors(m *onnx.Model, opts QuantizeOptions) []string {
+	if m.Graph() == nil {
+		return nil
+	}
+	qz := newQuantizer(m, Ranges{}, opts)
+	qz.placing = true
+	qz.findSites()
+	return qz.actOrder
+}
+
 // quantizer carries one Quantize call from finding what to quantize to the
 // rewritten graph: the sites are all found before the graph changes, so
 // that every decision is made on the original graph.
@@ -193,6 +208,9 @@ type quantizer struct {
 	weights  []weightSite
 	// used are the nodes with a quantized input (Quantized.Layers).
 	used map[*onnxpb.NodeProto]bool
+	// placing says that only the placement is asked (QDQTensors): every
+	// activation site is taken, with or without a calibrated range.
+	placing bool
 }
 
 // actSite is an input of a node that reads an activation quantized.
@@ -288,7 +306,7 @@ func (qz *quantizer) weightedSites(n *onnxpb.NodeProto) {
 // the tensor has no calibrated range.
 func (qz *quantizer) wantAct(n *onnxpb.NodeProto, i int) {
 	t := n.GetInput()[i]
-	if _, ok := qz.scales[t]; !ok {
+	if _, ok := qz.scales[t]; !ok && !qz.placing {
 		qz.q.Notes = append(qz.q.Notes, Note{Node: nodeName(n), Tensor: t, Text: "no calibrated range: input left in fp32"})
 		return
 	}

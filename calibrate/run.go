@@ -25,9 +25,10 @@ import (
 	"github.com/kiln-ml/kiln/ort"
 )
 
-// The files Run writes into its output directory. The ONNX Runtime TensorRT
-// execution provider table (see WriteORTTable) goes into ORTDir because its
-// text file is also named calibration.cache.
+// The files Run writes into its output directory; CacheFile only with
+// Config.TRTCache and ORTDir only with Config.ORTTable. The ONNX Runtime
+// TensorRT execution provider table (see WriteORTTable) goes into ORTDir
+// because its text file is also named calibration.cache.
 const (
 	RangesFile = "ranges.json"
 	CacheFile  = "calibration.cache"
@@ -63,7 +64,9 @@ type Config struct {
 	// CalibShare is the share of the drawn samples used for calibration: a
 	// fraction below 1 or a count; the others validate. 0 means 0.5.
 	CalibShare float64
-	// Validation caps the validation samples (0: all the others; -1: none).
+	// Validation caps the validation samples (0: all the others). -1 means
+	// no validation: every drawn sample calibrates, whatever CalibShare
+	// says, and there is no accuracy report.
 	Validation int
 	// Fix folds inputs to values before calibrating (as convert --fix does;
 	// give the same values to both).
@@ -74,9 +77,20 @@ type Config struct {
 	// TRTVersion is the TensorRT release the cache header names; the zero
 	// value means DefaultTRTVersion.
 	TRTVersion manifest.TRTVersion
+	// TRTCache writes the TensorRT calibration cache (CacheFile, for
+	// implicitly quantized engines, TensorRT <= 10) and ORTTable ONNX
+	// Runtime's TensorRT execution provider table (ORTDir). Both need a
+	// range for every tensor, so either makes the run observe every tensor
+	// (ScopeAll); without them it observes only what the Q/DQ model
+	// quantizes (ScopeQDQ). See Config.Scope.
+	TRTCache, ORTTable bool
 	// Exclude lists nodes (name or first output) and op types kept in fp32.
 	// The report then also shows the accuracy without exclusions.
 	Exclude []string
+	// Target is the accuracy the Q/DQ model must reach on the validation
+	// samples: until it does, layers are kept in fp32, worst first (see
+	// TargetReport). nil keeps every layer Exclude does not name in int8.
+	Target Target
 	// Session configures ONNX Runtime.
 	Session ort.SessionOptions
 }
@@ -106,7 +120,22 @@ func (c Config) Validate() error {
 	if err := c.Session.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Target.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(c.Target) > 0 && c.Validation < 0 {
+		errs = append(errs, errNoTargetSamples)
+	}
 	return errors.Join(errs...)
+}
+
+// Scope is which tensors the run observes: ScopeAll when the TensorRT cache
+// or ONNX Runtime table is asked for, else ScopeQDQ.
+func (c Config) Scope() Scope {
+	if c.TRTCache || c.ORTTable {
+		return ScopeAll
+	}
+	return ScopeQDQ
 }
 
 // Option injects a collaborator into Run.
@@ -153,11 +182,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Run calibrates cfg.Model on cfg.Data and writes into dir: ranges.json,
-// calibration.cache (TensorRT, header for cfg.TRTVersion), model.int8.onnx
-// (Q/DQ, see Quantize), report.json, report.md and ort/ (ONNX Runtime's
-// TensorRT execution provider table). The files are written into a temporary
-// directory next to dir that replaces dir only when everything succeeded,
+// Run calibrates cfg.Model on cfg.Data and writes into dir: ranges.json
+// (the tensors of cfg.Scope), model.int8.onnx (Q/DQ, see Quantize),
+// report.json and report.md, and as asked calibration.cache (cfg.TRTCache;
+// TensorRT, header for cfg.TRTVersion) and ort/ (cfg.ORTTable; ONNX
+// Runtime's TensorRT execution provider table). The files are written into
+// a temporary directory next to dir that replaces dir only when everything succeeded,
 // so a failed run leaves dir as it was. An existing dir is replaced only when
 // it is empty or holds a previous run (a ranges.json).
 func Run(ctx context.Context, cfg Config, dir string, opts ...Option) (*Report, error) {
@@ -176,13 +206,21 @@ func Run(ctx context.Context, cfg Config, dir string, opts ...Option) (*Report, 
 	if err := checkOutDir(dir); err != nil { // again: the directory may have changed while calibrating
 		return nil, err
 	}
+	rep.Scope = cfg.Scope()
 	err = atomicfile.ReplaceDir(dir, func(tmp string) error {
 		for name, write := range files {
+			if name == CacheFile && !cfg.TRTCache || name == ORTDir && !cfg.ORTTable {
+				continue // not asked for
+			}
 			if err := write(filepath.Join(tmp, name)); err != nil {
 				return err
 			}
+			if name == ORTDir {
+				name += "/"
+			}
+			rep.Files = append(rep.Files, name)
 		}
-		rep.Files = append(rep.Files, RangesFile, CacheFile, ModelFile, ReportJSON, ReportMD, ORTDir+"/")
+		rep.Files = append(rep.Files, ReportJSON, ReportMD)
 		sort.Strings(rep.Files)
 		rep.Duration = time.Since(start).Round(time.Millisecond).String()
 		if err := writeReport(tmp, rep); err != nil {
@@ -224,6 +262,9 @@ func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[strin
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := cfg.Target.checkOutputs(m); err != nil {
+		return nil, nil, err
+	}
 	sig := m.Inputs()
 	batch, fixed, err := batchSize(sig, cfg.Batch)
 	if err != nil {
@@ -232,6 +273,9 @@ func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[strin
 	d, err := rn.draw(ctx, cfg, sig, fixed)
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(cfg.Target) > 0 && len(d.valid) == 0 {
+		return nil, nil, errNoTargetSamples
 	}
 	j := &job{
 		cfg: cfg, m: m, name: strings.TrimSuffix(filepath.Base(cfg.Model), filepath.Ext(cfg.Model)),
@@ -255,6 +299,11 @@ func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[strin
 	if len(j.valid) > 0 {
 		rep.ValidationSplit = &manifest.DataSplit{Path: cfg.Data.Path, Format: string(cfg.Data.Format),
 			Preprocess: cfg.Data.Preprocess.String(), Indices: j.valid}
+	}
+	if len(cfg.Target) > 0 {
+		if q, err = rn.meetTarget(ctx, j, ranges, rep, q); err != nil {
+			return nil, nil, err
+		}
 	}
 	return rep, outputFiles(ranges, q, cfg.TRTVersion), nil
 }
@@ -332,17 +381,16 @@ func (rn *runner) draw(ctx context.Context, cfg Config, sig []onnx.ValueInfo, fi
 		return drawn{}, err
 	}
 	picked := dataset.Select(cfg.Samples, src.Len(), cfg.Seed)
-	calib, valid, err := dataset.Split(picked, cfg.CalibShare)
-	if err != nil {
-		return drawn{}, err
+	calib, valid := picked, []int(nil) // no validation: every sample calibrates
+	if cfg.Validation >= 0 {
+		if calib, valid, err = dataset.Split(picked, cfg.CalibShare); err != nil {
+			return drawn{}, err
+		}
 	}
 	if len(calib) == 0 {
 		return drawn{}, fmt.Errorf("no calibration samples: %d drawn, calibration share %v", len(picked), cfg.CalibShare)
 	}
-	switch {
-	case cfg.Validation < 0:
-		valid = nil
-	case cfg.Validation > 0 && len(valid) > cfg.Validation:
+	if cfg.Validation > 0 && len(valid) > cfg.Validation {
 		valid = valid[:cfg.Validation]
 	}
 	unused := 0
@@ -364,6 +412,7 @@ func (rn *runner) collectRanges(ctx context.Context, j *job) (Ranges, int, error
 	task := progress.Start(rn.progress, "calibrate "+j.name, int64(len(j.calib)), "samples")
 	stats, err := Collect(ctx, j.m, hashed(dataset.Batches(ctx, j.src, j.calib, j.bopts), h), CollectOptions{
 		Session:  j.cfg.Session,
+		Scope:    j.cfg.Scope(),
 		Progress: func(n int) { task.Add(int64(n)) },
 	})
 	task.Finish(err)
@@ -434,7 +483,8 @@ func (r *Report) setAccuracy(accs []*Accuracy, validation int) {
 }
 
 // outputFiles are the writers of the files Run puts in its directory, by
-// name, run once everything else has succeeded.
+// name, run once everything else has succeeded; Run leaves out CacheFile
+// and ORTDir unless the config asks for them.
 func outputFiles(ranges Ranges, q *Quantized, trt manifest.TRTVersion) map[string]func(string) error {
 	return map[string]func(string) error{
 		RangesFile: func(p string) error { return WriteRanges(p, ranges) },

@@ -39,7 +39,7 @@ func TestRunClassifierTop1(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	rep, err := Run(context.Background(), Config{
 		Model: model, Method: Entropy, Data: dataset.Spec{Path: imgs, Preprocess: imagePre(t)},
-		CalibShare: 200, Seed: 1,
+		CalibShare: 200, Seed: 1, TRTCache: true, ORTTable: true,
 	}, out)
 	if err != nil {
 		t.Fatal(err)
@@ -60,12 +60,25 @@ func TestRunClassifierTop1(t *testing.T) {
 }
 
 // checkOutputs verifies every file of a run: they parse, agree with each
-// other, and the Q/DQ model runs in ONNX Runtime.
+// other, and the Q/DQ model runs in ONNX Runtime. The TensorRT cache and
+// ONNX Runtime table are checked where the run wrote them (scope all).
 func checkOutputs(t *testing.T, out string, rep *Report) {
 	t.Helper()
 	r, err := ReadRanges(filepath.Join(out, RangesFile))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rep.Scope == ScopeQDQ {
+		for _, f := range []string{CacheFile, ORTDir} {
+			if _, err := os.Stat(filepath.Join(out, f)); !os.IsNotExist(err) {
+				t.Errorf("scope qdq wrote %s (%v)", f, err)
+			}
+		}
+		if len(r.Tensors) != rep.TensorRanges || len(r.Tensors) > len(rep.Quantization.Activations) {
+			t.Errorf("scope qdq: %d ranges, report %d, for %d quantized activations", len(r.Tensors), rep.TensorRanges, len(rep.Quantization.Activations))
+		}
+		checkModelFiles(t, out, rep)
+		return
 	}
 	c, err := ReadCacheFile(filepath.Join(out, CacheFile))
 	if err != nil {
@@ -84,6 +97,13 @@ func checkOutputs(t *testing.T, out string, rep *Report) {
 	if err != nil || len(table) != len(r.Tensors) {
 		t.Errorf("ReadORTTable() = %d entries, %v, want %d", len(table), err, len(r.Tensors))
 	}
+	checkModelFiles(t, out, rep)
+}
+
+// checkModelFiles checks the files every run writes: the reports, the Q/DQ
+// model (it loads in ONNX Runtime) and what ReadOutput makes of them.
+func checkModelFiles(t *testing.T, out string, rep *Report) {
+	t.Helper()
 	for _, f := range []string{ReportJSON, ReportMD} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Error(err)
@@ -105,6 +125,7 @@ func TestRunTinyNetNpy(t *testing.T) {
 	rep, err := Run(context.Background(), Config{
 		Model: filepath.Join(testutil.RepoRoot(t), "testdata", "tinynet.onnx"),
 		Data:  dataset.Spec{Path: npy}, Method: Percentile, Batch: 8, TRTVersion: manifest.TRTVersion{Major: 8, Minor: 6, Patch: 1},
+		TRTCache: true,
 	}, out)
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,12 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -34,7 +36,9 @@ func (o *calibrateOptions) addFlags(f *pflag.FlagSet) {
 	f.Float64Var(&o.cfg.MethodOptions.Percentile, "percentile", 0, "with --method percentile: p in (0,100] (default 99.999)")
 	f.Int64Var(&o.cfg.Seed, "seed", 0, "seed for drawing samples")
 	f.Float64Var(&o.cfg.CalibShare, "calib-fraction", 0.5, "share of the drawn samples used for calibration: a fraction below 1 or a count; the rest validate")
-	f.IntVar(&o.cfg.Validation, "validation", 0, "at most this many validation samples (0: all the others, -1: no accuracy report)")
+	f.IntVar(&o.cfg.Validation, "validation", 0, "at most this many validation samples (0: all the others; -1: no validation, every drawn sample calibrates, no accuracy report)")
+	f.BoolVar(&o.cfg.TRTCache, "trt-cache", false, "also write calibration.cache, the TensorRT calibration cache for implicit int8 (TensorRT <= 10); observes every tensor")
+	f.BoolVar(&o.cfg.ORTTable, "ort-table", false, "also write ort/, ONNX Runtime's TensorRT execution provider calibration table; observes every tensor")
 	f.IntVar(&o.cfg.Batch, "batch", 0, "batch size (0: the model's fixed batch dimension, or 16)")
 	o.trt = manifest.TRTSpec{TRTVersion: calibrate.DefaultTRTVersion}
 	trtVersionFlag(f, &o.trt, "TensorRT version named in the calibration.cache header: 10.3, 10.3.0 or trtexec's banner number (100300); TensorRT ignores a cache written for another version")
@@ -65,6 +69,8 @@ func (o *calibrateOptions) addDataFlags(f *pflag.FlagSet, prefix string) {
 		text: dataset.Preprocess.String},
 		prefix+"preprocess", what+"image preprocessing: a preset (imagenet, inception, caffe) and/or key=value items, e.g. imagenet or resize=256,crop=224,scale=1/255,mean=0.485:0.456:0.406,std=0.229:0.224:0.225")
 	f.IntVar(&o.cfg.Samples, prefix+"samples", 0, what+"samples drawn from the data with --seed, for calibration and validation together (0: all)")
+	f.Var(&targetValue{p: &o.cfg.Target}, prefix+"accuracy-target",
+		what+"accuracy the int8 model must reach on the validation samples: METRIC=VALUE items (cosine, min_cosine, top1, top5) for every output, OUTPUT:METRIC=VALUE for one, e.g. cosine=0.99,top1=0.98 (repeatable); layers are kept in fp32, worst SQNR first, until it does; exit 3 with the best reached when it cannot")
 	if prefix == "" {
 		f.Var(&choiceValue{p: (*string)(&o.cfg.Data.Format), choices: []string{"images", "numpy", "pb", "tfrecord", "json"}},
 			"data-format", "data format when it cannot be told from file names: images, numpy, pb, tfrecord or json")
@@ -100,20 +106,25 @@ func newCalibrateCmd(g *globalOptions) *cobra.Command {
 		Use:   "calibrate MODEL -o DIR",
 		Short: "Calibrate INT8 ranges on real data and write a Q/DQ model, TensorRT cache and accuracy report",
 		Long: `calibrate runs samples through the fp32 ONNX model in ONNX Runtime, collects
-per-tensor statistics (min/max and a histogram of |x|) for every graph input
-and float node output, and chooses ranges with --method. It writes into -o DIR:
+per-tensor statistics (min/max and a histogram of |x|) and chooses ranges with
+--method. By default it observes only the tensors the Q/DQ model quantizes
+(scope qdq); --trt-cache and --ort-table need every graph input and float node
+output, and observe them all (scope all). It writes into -o DIR:
 
   ranges.json         the ranges (kiln's format; the source of the others)
-  calibration.cache   TensorRT calibration cache (TRT-<version>-EntropyCalibration2)
   model.int8.onnx     explicitly quantized (Q/DQ) model: symmetric int8, per-channel
                       weights, per-tensor activations, placement as TensorRT recommends
   report.json/.md     int8 vs fp32 on the validation samples: per output cosine,
-                      max/mean error, top-1/top-5 agreement; per tensor SQNR
-  ort/                ONNX Runtime TensorRT execution provider calibration table
+                      max/mean error, top-1/top-5 agreement; per tensor SQNR; scope
+  calibration.cache   with --trt-cache: TensorRT calibration cache
+                      (TRT-<version>-EntropyCalibration2, implicit int8, TensorRT <= 10)
+  ort/                with --ort-table: ONNX Runtime TensorRT execution provider
+                      calibration table
 
 The samples drawn (--samples, --seed) are split into calibration and validation
-sets (--calib-fraction, --validation). Everything is written to a temporary
-directory next to DIR that replaces DIR only when the run succeeds.`,
+sets (--calib-fraction, --validation; --validation -1 calibrates on all of
+them). Everything is written to a temporary directory next to DIR that
+replaces DIR only when the run succeeds.`,
 		Example: `  kiln calibrate model.onnx --data images/ --preprocess imagenet -o calib/
   kiln calibrate model.onnx --data inputs.npy --samples 1000 --calib-fraction 500 -o calib/
   kiln calibrate model.onnx --data images/ --exclude Conv_0,Gemm --format json -o calib/`,
@@ -132,6 +143,12 @@ directory next to DIR that replaces DIR only when the run succeeds.`,
 			}
 			rep, err := calibrate.Run(c.Context(), cfg, o.out, opts...)
 			done()
+			if te := (*calibrate.TargetError)(nil); errors.As(err, &te) {
+				if perr := printCalibration(c.OutOrStdout(), o.format, "", te.Report); perr != nil {
+					return perr
+				}
+				return &ExitError{Code: ExitCheck, Err: err}
+			}
 			if err != nil {
 				return err
 			}
@@ -168,8 +185,11 @@ func printCalibration(w io.Writer, format, dir string, r *calibrate.Report) erro
 		_, err = w.Write(b)
 		return err
 	}
-	fmt.Fprintf(w, "calibrated %s with %s on %d samples: %d tensor ranges, cache TRT-%d\n",
-		r.Model, r.Method, r.CalibrationSamples, r.TensorRanges, r.TRTVersion)
+	fmt.Fprintf(w, "calibrated %s with %s on %d samples: %d tensor ranges (scope %s)", r.Model, r.Method, r.CalibrationSamples, r.TensorRanges, r.Scope)
+	if slices.Contains(r.Files, calibrate.CacheFile) {
+		fmt.Fprintf(w, ", cache TRT-%d", r.TRTVersion)
+	}
+	fmt.Fprintln(w)
 	if r.UnusedSamples > 0 {
 		fmt.Fprintf(w, "%d samples unused: the model fixes its batch at %d and they make no full batch\n", r.UnusedSamples, r.Batch)
 	}
@@ -189,7 +209,11 @@ func printCalibration(w io.Writer, format, dir string, r *calibrate.Report) erro
 			}
 			if r.Baseline != nil {
 				b := r.Baseline.Outputs[i]
-				fmt.Fprintf(w, " (before --exclude: cosine %.6f", b.Cosine)
+				before := "before --exclude"
+				if r.Target != nil && len(r.Exclude) == 0 {
+					before = "as calibrated"
+				}
+				fmt.Fprintf(w, " (%s: cosine %.6f", before, b.Cosine)
 				if b.Classifier {
 					fmt.Fprintf(w, ", top-1 %.4f", b.Top1)
 				}
@@ -203,12 +227,80 @@ func printCalibration(w io.Writer, format, dir string, r *calibrate.Report) erro
 		}
 		fmt.Fprintf(w, "worst tensors (SQNR): %s\n", strings.Join(worst, ", "))
 	}
+	if t := r.Target; t != nil {
+		printTarget(w, t)
+	}
+	if dir == "" {
+		fmt.Fprintln(w, "nothing written: the accuracy target is not met")
+		return nil
+	}
 	fmt.Fprintf(w, "wrote %s: %s\n", dir, strings.Join(r.Files, " "))
 	return nil
 }
 
+// printTarget prints what the search for the accuracy target did: each
+// step with the layers it kept, then the outcome.
+func printTarget(w io.Writer, t *calibrate.TargetReport) {
+	fmt.Fprintf(w, "accuracy target %s:\n", t.Target)
+	for i, st := range t.Steps {
+		var change, got []string
+		added, dropped := t.Change(i)
+		for _, l := range added {
+			change = append(change, "+"+cmp.Or(l.Node, l.Output))
+		}
+		for _, l := range dropped {
+			change = append(change, "-"+cmp.Or(l.Node, l.Output))
+		}
+		for _, o := range st.Outputs {
+			m := fmt.Sprintf("%s cosine %.6f, min cosine %.6f", o.Output, o.Cosine, o.MinCosine)
+			if o.Classifier {
+				m += fmt.Sprintf(", top-1 %.4f, top-5 %.4f", o.Top1, o.Top5)
+			}
+			got = append(got, m)
+		}
+		what := "as calibrated"
+		if i > 0 {
+			what = fmt.Sprintf("%d in fp32: %s", len(st.Kept), strings.Join(change, " "))
+		}
+		fmt.Fprintf(w, "  step %d (%s): %s; int8 compute %.1f%%\n", i, what, strings.Join(got, "; "), 100*st.Int8Share)
+	}
+	var kept []string
+	for _, l := range t.Kept {
+		kept = append(kept, cmp.Or(l.Node, l.Output))
+	}
+	verdict := "met"
+	if !t.Met {
+		verdict = "not met; the best reached"
+	}
+	fmt.Fprintf(w, "%s at step %d: %d layers kept in fp32 (%s), %.1f%% of compute int8\n", verdict, t.Best, len(t.Kept), cmp.Or(strings.Join(kept, ", "), "none"), 100*t.Int8Share)
+}
+
+// targetValue is --accuracy-target: each use adds its bounds
+// (calibrate.ParseTarget) to the target.
+type targetValue struct{ p *calibrate.Target }
+
+func (v *targetValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return v.p.String()
+}
+func (v *targetValue) Type() string { return "spec" }
+func (v *targetValue) Set(s string) error {
+	t, err := calibrate.ParseTarget(s)
+	if err != nil {
+		return err
+	}
+	*v.p = append(*v.p, t...)
+	return v.p.Validate()
+}
+
 func init() {
 	advisors = append(advisors, func(err error) string {
+		var te *calibrate.TargetError
+		if errors.As(err, &te) {
+			return "loosen the target, try another --method, or calibrate on more samples; report.md of a run without the target names the worst layers"
+		}
 		var ae *calibrate.ActivationError
 		if errors.As(err, &ae) {
 			return "the model computes NaN or Inf for that sample: check the sample and --preprocess (scale, mean, std), or leave the sample out"

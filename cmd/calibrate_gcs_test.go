@@ -43,7 +43,7 @@ func TestCalibrateFromGCS(t *testing.T) {
 	if !strings.Contains(stdout, "8 samples") {
 		t.Errorf("calibrate summary = %q, want 8 calibration samples (half of 16)", stdout)
 	}
-	for _, f := range []string{"ranges.json", "calibration.cache", "model.int8.onnx"} {
+	for _, f := range []string{"ranges.json", "model.int8.onnx", "report.json"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Errorf("calibrate from gs:// did not write %s: %v", f, err)
 		}

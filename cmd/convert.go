@@ -54,7 +54,7 @@ func (o *convertOptions) addFlags(f *pflag.FlagSet) {
 	computeCapabilityFlag(f, &o.matrix.Target, "GPU the TensorRT engines are for (8.6, sm86): names the variants (_sm86) and refuses to build on another GPU")
 	listFlag(f, &o.variants, "variant", "ids", "explicit variant IDs such as trt-int8-b16-x4 (repeatable; replaces the cross product)", manifest.ParseVariant, manifest.Variant.ID)
 	f.StringVarP(&o.file, "file", "f", "", "pipeline `FILE`: its model:, repository: and variants: are used where no argument or flag gives them")
-	f.StringVar(&o.calibDir, "calib-dir", "", "the -o `DIR` of kiln calibrate (model.int8.onnx, calibration.cache, ranges.json) for int8 variants")
+	f.StringVar(&o.calibDir, "calib-dir", "", "the -o `DIR` of kiln calibrate (model.int8.onnx, ranges.json; calibration.cache with --trt-cache) for int8 variants")
 	o.calib.addDataFlags(f, "calib-")
 	f.StringVar(&o.checkData.Path, "check-data", "", "data every ONNX variant is checked with before it is recorded (default: the calibration's validation split, else seeded random data, which cannot judge int8)")
 	f.Var(&parsedValue[dataset.Preprocess]{p: &o.checkData.Preprocess, typ: "spec", parse: dataset.ParsePreprocess, text: dataset.Preprocess.String},
@@ -199,15 +199,20 @@ func (o *convertOptions) config(args []string) error {
 
 // calibration reads --calib-dir, or calibrates on the fly for --calib-data
 // into the user cache directory, reusing an earlier run with the same
-// inputs.
+// inputs. On the fly, --int8-mode cache (implicit int8, TensorRT <= 10)
+// asks for the TensorRT calibration cache, which observes every tensor.
 func (o *convertOptions) calibration(c *cobra.Command, g *globalOptions) error {
 	dir := o.calibDir
+	if len(o.calib.cfg.Target) > 0 && (dir != "" || o.calib.cfg.Data.Path == "") {
+		return usageErr(errors.New("--calib-accuracy-target calibrates on the fly with --calib-data; for a --calib-dir, give kiln calibrate --accuracy-target"))
+	}
 	if dir == "" && o.calib.cfg.Data.Path != "" {
 		o.calib.fix = o.fix
 		cfg, err := o.calib.config(o.cfg.Source)
 		if err != nil {
 			return err
 		}
+		cfg.TRTCache = o.int8Mode == string(trtexec.Int8Cache)
 		ucd, err := os.UserCacheDir()
 		if err != nil {
 			return fmt.Errorf("calibrating for the int8 variants: %w", err)
@@ -220,6 +225,12 @@ func (o *convertOptions) calibration(c *cobra.Command, g *globalOptions) error {
 		var rep *calibrate.Report
 		dir, rep, err = calibrate.RunCached(c.Context(), cfg, cache, opts...)
 		done()
+		if te := (*calibrate.TargetError)(nil); errors.As(err, &te) {
+			if perr := printCalibration(c.ErrOrStderr(), formatText, "", te.Report); perr != nil {
+				return perr
+			}
+			return &ExitError{Code: ExitCheck, Err: fmt.Errorf("calibrating for the int8 variants: %w", err)}
+		}
 		if err != nil {
 			return fmt.Errorf("calibrating for the int8 variants: %w", err)
 		}
@@ -338,6 +349,8 @@ func init() {
 			return "run `kiln calibrate MODEL --data DIR -o CALIB` and pass --calib-dir CALIB, or give --calib-data DIR (--int8-random-ranges builds perf-only TensorRT engines)"
 		case errors.As(err, &oe):
 			return "--calib-dir takes the -o directory of `kiln calibrate`: run kiln calibrate MODEL --data DIR -o " + oe.Dir + " first"
+		case errors.Is(err, convert.ErrNoCalibrationCache):
+			return "rerun `kiln calibrate MODEL --data DIR --trt-cache -o CALIB` (the cache needs every tensor observed), or use --int8-mode qdq"
 		}
 		return ""
 	})

@@ -3,6 +3,7 @@ package convert
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -125,18 +126,26 @@ func (b *builder) planInput(ctx context.Context, spec *trtexec.Spec, a *artifact
 			a.status = manifest.StatusPerfOnly
 			a.note = "perf-only: int8 ranges are trtexec placeholders, not calibrated"
 		default:
-			return int8Missing(mode)
+			return int8Missing(mode, b.cfg.Int8.Calibration)
 		}
 	}
 	return nil
 }
 
+// ErrNoCalibrationCache is the reason an implicitly quantized engine
+// (int8 mode cache, TensorRT <= 10) is refused with a calibration that
+// holds no TensorRT calibration cache: kiln calibrate writes one only when
+// asked (calibrate.Config.TRTCache).
+var ErrNoCalibrationCache = errors.New("implicit int8 (TensorRT <= 10) needs a TensorRT calibration cache, and the calibration was written without one")
+
 // int8Missing says which calibration file an int8 engine lacks.
-func int8Missing(mode trtexec.Int8Mode) error {
-	switch mode {
-	case trtexec.Int8QDQ:
+func int8Missing(mode trtexec.Int8Mode, cal *manifest.CalibrationOutput) error {
+	switch {
+	case mode == trtexec.Int8QDQ:
 		return errors.New("int8 mode qdq needs a Q/DQ model, and the calibration has none")
-	case trtexec.Int8Cache:
+	case mode == trtexec.Int8Cache && cal != nil:
+		return fmt.Errorf("int8 mode cache: %s holds no calibration.cache: %w", cal.Dir, ErrNoCalibrationCache)
+	case mode == trtexec.Int8Cache:
 		return errors.New("int8 mode cache needs a calibration cache, and the calibration has none")
 	}
 	return ErrNoCalibration

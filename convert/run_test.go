@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -336,7 +337,7 @@ func TestRunInt8Calibration(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := man.Model(res.Rows[0].Model)
-			if got == nil || got.Calibration == nil || *got.Calibration != tt.want {
+			if got == nil || got.Calibration == nil || !reflect.DeepEqual(*got.Calibration, tt.want) {
 				t.Errorf("calibration record of %s = %+v, want %+v", tt.id, got, tt.want)
 			}
 		})

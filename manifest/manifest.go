@@ -206,6 +206,18 @@ type Calibration struct {
 	Top1Agreement float64 `json:"top1_agreement,omitempty"`
 	Cosine        float64 `json:"cosine,omitempty"`
 	RandomRanges  bool    `json:"random_ranges,omitempty"`
+	// Scope is which tensors calibration observed: "qdq" (those the Q/DQ
+	// model quantizes) or "all" (every tensor, as the TensorRT calibration
+	// cache needs); empty for output written before scopes were recorded.
+	Scope string `json:"scope,omitempty"`
+	// Target is the accuracy target calibration was held to (calibrate's
+	// --accuracy-target), empty when none; a calibration that missed it
+	// writes nothing, so a recorded target was met. KeptFP32 names the
+	// layers kept in fp32 to meet it and Int8Share the share of the
+	// estimated multiply-accumulates still int8.
+	Target    string   `json:"target,omitempty"`
+	KeptFP32  []string `json:"kept_fp32,omitempty"`
+	Int8Share float64  `json:"int8_compute_share,omitempty"`
 }
 
 // DataSplit names samples of a dataset by position, so another stage can
