@@ -82,6 +82,7 @@ are checked with Triton's own rules.`,
 		newConvertCmd(g),
 		newPbtxtCmd(g),
 		newServeCmd(g),
+		newPackCmd(g),
 		newVersionCmd(),
 	)
 	// Cobra adds its completion command when it executes; adding it here

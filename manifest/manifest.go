@@ -281,6 +281,10 @@ type Manifest struct {
 	// base model name; each Model names its own by digest.
 	Sources []*Source `json:"sources,omitempty"`
 	Models  []*Model  `json:"models"`
+	// Published are the destinations `kiln pack` wrote the repository to,
+	// one record per destination, the latest last. What pack publishes
+	// leaves them out, so a repository keeps its digest across pushes.
+	Published []Publication `json:"published,omitempty"`
 }
 
 // SourceNamed returns the source record of the base model name, or nil.
@@ -337,6 +341,11 @@ func (m *Manifest) Put(r *Model) {
 func (m *Manifest) Validate() error {
 	if m.SchemaVersion != SchemaVersion {
 		return fmt.Errorf("schema_version %d is not supported (this kiln reads %d)", m.SchemaVersion, SchemaVersion)
+	}
+	for i, p := range m.Published {
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("published[%d]: %w", i, err)
+		}
 	}
 	seen := map[string]bool{}
 	for i, r := range m.Models {

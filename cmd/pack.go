@@ -1,0 +1,133 @@
+package cmd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kiln-ml/kiln/pack"
+)
+
+type packOptions struct {
+	cfg         pack.Config
+	to          []string
+	from        string
+	compression string
+	insecure    bool
+	format      string
+}
+
+func (o *packOptions) addFlags(f *pflag.FlagSet) {
+	f.StringArrayVar(&o.to, "to", nil, "`DEST` to publish to: dir:PATH, oci-layout:PATH[:TAG], oci-archive:FILE.tar[:TAG] or image:REF; repeatable")
+	f.StringVar(&o.from, "from", "", "read a repository back from `SRC` (image:REF or oci-layout:PATH[:TAG]) into the dir: destination, instead of publishing REPO")
+	f.StringVar(&o.cfg.Base, "base", pack.DefaultBase, "base `IMAGE` of image destinations; scratch: a model-only image (KServe modelcar)")
+	choice(f, &o.compression, "compression", string(pack.Gzip), "compression of the repository layer", string(pack.Gzip), string(pack.Zstd))
+	trtVersionFlag(f, &o.cfg.Target.TRT, "refuse TensorRT plans not built with this TensorRT release (10.3 matches any 10.3.x)")
+	computeCapabilityFlag(f, &o.cfg.Target.ComputeCapability, "refuse TensorRT plans not built for this GPU architecture (8.9 or sm89)")
+	f.BoolVar(&o.cfg.AllowUnchecked, "allow-unchecked", false, "publish models kiln serve has not passed (a failed verdict is refused all the same)")
+	f.BoolVar(&o.insecure, "insecure", false, "reach registries over plain http")
+	formatFlag(f, &o.format)
+}
+
+func newPackCmd(g *globalOptions) *cobra.Command {
+	o := &packOptions{}
+	c := &cobra.Command{
+		Use:   "pack REPO --to DEST... | pack --from SRC --to dir:PATH",
+		Short: "Publish a repository to directories, OCI layouts and registries, verified",
+		Long: `pack publishes one model repository to every --to destination in one run and
+checks what arrived against kiln.json: a directory copy file by file, an OCI
+layout, archive or pushed image by its manifest digest. Image destinations
+get a Triton base image plus one layer holding the repository under /models
+(entrypoint tritonserver --model-repository=/models, ports 8000-8002), or
+with --base scratch a model-only image; the same repository always gives the
+same digest. Before anything is written, pack refuses TensorRT plans built
+for another TensorRT release or GPU than --trt-version, --compute-capability
+or the base image, and models kiln serve has not passed (exit 3).
+With --from it reads a repository back from an image or OCI layout.`,
+		Example: `  kiln pack models --to dir:/srv/models
+  kiln pack models --to image:us-docker.pkg.dev/proj/repo/resnet:1 --trt-version 10.3 --compute-capability sm89
+  kiln pack models --to oci-archive:models.tar --base scratch
+  kiln pack --from image:registry.local/resnet:1 --to dir:restored`,
+		Args: argsUsage(cobra.MaximumNArgs(1)),
+		RunE: func(c *cobra.Command, args []string) error {
+			return o.run(c, g, args)
+		},
+	}
+	o.addFlags(c.Flags())
+	return c
+}
+
+func (o *packOptions) run(c *cobra.Command, g *globalOptions, args []string) error {
+	for _, s := range o.to {
+		d, err := pack.ParseDestination(s)
+		if err != nil {
+			return usageErr(fmt.Errorf("--to: %w", err))
+		}
+		o.cfg.To = append(o.cfg.To, d)
+	}
+	if len(o.cfg.To) == 0 {
+		return usageErr(errors.New("give at least one --to destination"))
+	}
+	opts := []pack.Option{pack.WithLogger(g.logger(c.ErrOrStderr())), pack.WithRegistry(pack.DefaultRegistry(o.insecure))}
+	if o.from != "" {
+		return o.pull(c, args, opts)
+	}
+	if len(args) != 1 {
+		return usageErr(errors.New("give the repository to publish (kiln pack REPO --to DEST), or --from SRC"))
+	}
+	o.cfg.Repo = args[0]
+	o.cfg.Compression = pack.Compression(o.compression)
+	if o.cfg.Base == "" {
+		return usageErr(errors.New("--base: give an image reference or scratch"))
+	}
+	pubs, err := pack.Run(c.Context(), o.cfg, opts...)
+	var re *pack.RefusedError
+	if errors.As(err, &re) {
+		return &ExitError{Code: ExitCheck, Err: err}
+	}
+	if perr := o.print(c.OutOrStdout(), pubs); perr != nil && err == nil {
+		err = perr
+	}
+	return err
+}
+
+// print writes what arrived: "DEST<TAB>DIGEST" lines, or with --format
+// json {"published": [{destination, digest, time}]}, the records kiln.json
+// keeps.
+func (o *packOptions) print(w io.Writer, pubs []pack.Publication) error {
+	if o.format == formatJSON {
+		if pubs == nil {
+			pubs = []pack.Publication{}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"published": pubs})
+	}
+	for _, p := range pubs {
+		if _, err := fmt.Fprintf(w, "%s\t%s\n", p.Destination, p.Digest); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pull reads a repository back from --from into the one dir: destination.
+func (o *packOptions) pull(c *cobra.Command, args []string, opts []pack.Option) error {
+	src, err := pack.ParseDestination(o.from)
+	if err != nil {
+		return usageErr(fmt.Errorf("--from: %w", err))
+	}
+	if len(args) != 0 || len(o.cfg.To) != 1 || o.cfg.To[0].Kind != pack.KindDir {
+		return usageErr(errors.New("--from reads into one --to dir:PATH and takes no REPO"))
+	}
+	digest, err := pack.Pull(c.Context(), src, o.cfg.To[0].Path, opts...)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(c.OutOrStdout(), "%s\t%s\t%s\n", src, o.cfg.To[0], digest)
+	return err
+}
