@@ -105,6 +105,9 @@ type evaluation struct {
 	weightedOuts []string
 	shapes       map[string][]int64
 	shapeRows    int
+	// refOld is the fp32 model's last result, whose memory its next run
+	// reuses (ort.Session.RunReuse), as evalPlan.old is a quantized model's.
+	refOld map[string]*onnx.Tensor
 }
 
 // evalPlan is what one quantized model is run for and its sums.
@@ -115,6 +118,7 @@ type evalPlan struct {
 	layers []string // quantized node outputs
 	acc    []outAcc
 	layer  map[string]*sqnr
+	old    map[string]*onnx.Tensor
 }
 
 // newEvaluation decides what each model fetches: the graph outputs, and of
@@ -198,9 +202,12 @@ func (e *evaluation) close() {
 
 // add runs one batch through the fp32 model and every quantized model and
 // adds the comparisons to the sums. A NaN or infinite fp32 activation is an
-// *ActivationError, as in Collect.
+// *ActivationError, as in Collect. Each model's run writes into the memory
+// of its previous result, so that validation allocates one set of outputs
+// per model, not one per batch.
 func (e *evaluation) add(ctx context.Context, b *dataset.Batch) error {
-	want, err := e.refSess.Run(ctx, b.Tensors, nil)
+	want, err := e.refSess.RunReuse(ctx, b.Tensors, nil, e.refOld)
+	e.refOld = nil
 	if err != nil {
 		return fmt.Errorf("running fp32 on samples %s: %w", idRange(b.IDs), err)
 	}
@@ -221,7 +228,8 @@ func (e *evaluation) add(ctx context.Context, b *dataset.Batch) error {
 		}
 	}
 	for _, p := range e.plans {
-		got, err := p.sess.Run(ctx, b.Tensors, nil)
+		got, err := p.sess.RunReuse(ctx, b.Tensors, nil, p.old)
+		p.old = nil
 		if err != nil {
 			return fmt.Errorf("running the Q/DQ model on samples %s: %w", idRange(b.IDs), err)
 		}
@@ -235,7 +243,9 @@ func (e *evaluation) add(ctx context.Context, b *dataset.Batch) error {
 				p.layer[l].addPair(floats(w), floats(g))
 			}
 		}
+		p.old = got
 	}
+	e.refOld = want
 	e.samples += len(b.IDs)
 	return nil
 }

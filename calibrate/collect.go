@@ -46,6 +46,11 @@ type CollectOptions struct {
 	// a free batch dimension: 0 picks it by the memory one sample's
 	// activations take (see runBudget), -1 runs whole batches.
 	RunSamples int
+	// MemoryBudget caps, in bytes, the activations one run fetches: when
+	// one sample's observed tensors take more, they are split into groups
+	// that each fit, run one after the other (see fetchGroups). 0 means
+	// no cap. The statistics are the same either way.
+	MemoryBudget int64
 	// Workers adding to histograms; 0 means GOMAXPROCS. They share the
 	// CPUs with ONNX Runtime's threads, which run the next batch meanwhile:
 	// measured on 2 CPUs, one worker per CPU calibrates 15% faster than
@@ -64,8 +69,10 @@ type CollectOptions struct {
 // same; a split first batch runs twice, first for its range). Work is
 // pipelined: reading a batch, running ONNX Runtime and adding to the
 // histograms overlap, and the activations of at most two runs are alive at a
-// time, in memory that is reused from run to run, so memory does not grow
-// with the number of samples. A NaN or infinite activation stops the run
+// time (one for runs over largeRun), in memory that is reused from run to
+// run, so memory does not grow with the number of samples; the first run
+// writes into Go memory too (ort.SessionOptions.InferOutputShapes). A run
+// over CollectOptions.MemoryBudget is split into groups of tensors. A NaN or infinite activation stops the run
 // with an *ActivationError.
 func Collect(ctx context.Context, m *onnx.Model, batches iter.Seq2[*dataset.Batch, error], opts CollectOptions) (*Stats, error) {
 	c, st, err := newCollector(m, opts)
@@ -118,6 +125,17 @@ type collector struct {
 	switched  bool
 	sizer     runSizer
 	firstDone bool // the first run is done
+	// parts, after the switch, are the sessions of the fetch groups when
+	// the memory budget splits a run (see fetchGroups); nil when it does
+	// not. perSample is each tensor's memory per sample in the first run.
+	parts     []*ort.Session
+	groups    [][]string
+	perSample map[string]int
+	// serial is set when one run's activations are large (see largeRun):
+	// ONNX Runtime then waits for the histograms to hand back each set,
+	// in spare, before it runs the next.
+	serial bool
+	spare  map[string]*onnx.Tensor
 	// cancel stops every stage, with the first error as its cause.
 	cancel context.CancelCauseFunc
 
@@ -142,6 +160,8 @@ type runResult struct {
 	ids        []string
 	outs       map[string]*onnx.Tensor
 	scan, last bool
+	// final is false for a part of a run that more parts follow.
+	final bool
 }
 
 // newCollector decides what to fetch and opens the first run's session
@@ -191,6 +211,9 @@ func (c *collector) close() {
 	if c.sess != nil {
 		c.sess.Close()
 	}
+	for _, s := range c.parts {
+		s.Close()
+	}
 }
 
 // readBatches is the first stage: it reads batches ahead of ONNX Runtime,
@@ -227,7 +250,8 @@ func (c *collector) runBatches(ctx context.Context) {
 // split first batch (see runSizer.passes), and reports whether the
 // pipeline goes on. The counted runs repeat the scan's runs exactly: a
 // tensor that is not one slice per sample (a mean over the batch) must show
-// the same values in both.
+// the same values in both. A run split into parts by the memory budget
+// (see fetchGroups) hands on each part's tensors as they come.
 func (c *collector) runBatch(ctx context.Context, b *dataset.Batch, firstBatch bool) bool {
 	var sizes []int
 	for _, scan := range c.sizer.passes(firstBatch, len(b.IDs)) {
@@ -236,54 +260,88 @@ func (c *collector) runBatch(ctx context.Context, b *dataset.Batch, firstBatch b
 			if !scan && len(sizes) > 0 {
 				n = sizes[run]
 			}
-			sub, outs, err := c.run(ctx, b, off, n)
-			if err != nil {
-				c.cancel(err)
-				return false
-			}
-			off += len(sub.IDs)
-			if scan {
-				sizes = append(sizes, len(sub.IDs))
-			}
-			select {
-			case c.ran <- runResult{sub.IDs, outs, scan, off == len(b.IDs)}:
-			case <-ctx.Done():
-				return false
+			for part := 0; ; part++ {
+				sub, outs, more, err := c.run(ctx, b, off, n, part)
+				if err != nil {
+					c.cancel(err)
+					return false
+				}
+				end := off + len(sub.IDs)
+				r := runResult{ids: sub.IDs, outs: outs, scan: scan, last: end == len(b.IDs) && !more, final: !more}
+				if !c.send(ctx, r) {
+					return false
+				}
+				if !more {
+					off = end
+					if scan {
+						sizes = append(sizes, len(sub.IDs))
+					}
+					break
+				}
 			}
 		}
 	}
 	return true
 }
 
-// run runs samples [off, off+n) of b, into a set of activations the
-// histograms handed back when one is spare. A batch whose tensors are not
-// stacked by sample runs whole. After the first run, which fetched the
-// input-free tensors, it switches to the session without them.
-func (c *collector) run(ctx context.Context, b *dataset.Batch, off, n int) (*dataset.Batch, map[string]*onnx.Tensor, error) {
-	if c.firstDone && !c.switched && len(c.rest) < len(c.fetch) {
-		c.sess.Close()
-		var err error
-		if c.sess, err = openAugmented(c.m, c.rest, c.opts.Session); err != nil {
-			return nil, nil, err
-		}
-		c.switched = true
-	}
-	var old map[string]*onnx.Tensor
+// send hands a run to the histograms. Runs of large sets (see largeRun)
+// then wait for the set to come back, so that one set is alive at a time.
+func (c *collector) send(ctx context.Context, r runResult) bool {
 	select {
-	case old = <-c.spent:
-	default:
+	case c.ran <- r:
+	case <-ctx.Done():
+		return false
 	}
-	sub := b.Slice(off, off+n)
-	if sub == nil { // not stacked by sample: run it whole
+	if !c.serial {
+		return true
+	}
+	select {
+	case c.spare = <-c.spent:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// run runs samples [off, off+n) of b, fetching the tensors of the given
+// part (see fetchGroups), into a set of activations the histograms handed
+// back when one is spare; more says parts of the run are left. A batch
+// whose tensors are not stacked by sample runs whole. After the first run,
+// which fetched everything and the input-free tensors, it switches to the
+// sessions without them.
+func (c *collector) run(ctx context.Context, b *dataset.Batch, off, n, part int) (sub *dataset.Batch, outs map[string]*onnx.Tensor, more bool, err error) {
+	if c.firstDone && !c.switched {
+		if err := c.switchSessions(); err != nil {
+			return nil, nil, false, err
+		}
+	}
+	old := c.spare
+	c.spare = nil
+	if old == nil {
+		select {
+		case old = <-c.spent:
+		default:
+		}
+	}
+	if sub = b.Slice(off, off+n); sub == nil { // not stacked by sample: run it whole
 		sub, n = b, len(b.IDs)
 	}
-	outs, err := c.sess.RunReuse(ctx, sub.Tensors, nil, old)
-	if err != nil {
-		return nil, nil, fmt.Errorf("batch of samples %s: %w", idRange(sub.IDs), err)
+	sess, want := c.sess, []string(nil)
+	if c.parts != nil {
+		// Every part computes the graph outputs; each tensor counts
+		// with its own group only.
+		sess, want = c.parts[part], c.groups[part]
 	}
-	c.sizer.measured(outs, n)
-	c.firstDone = true
-	return sub, outs, nil
+	if outs, err = sess.RunReuse(ctx, sub.Tensors, want, old); err != nil {
+		return nil, nil, false, fmt.Errorf("batch of samples %s: %w", idRange(sub.IDs), err)
+	}
+	if !c.firstDone {
+		c.sizer.measured(outs, n)
+		c.serial = outputBytes(outs) >= largeRun
+		c.perSample = tensorBytes(outs, n)
+		c.firstDone = true
+	}
+	return sub, outs, c.parts != nil && part < len(c.parts)-1, nil
 }
 
 // addRuns is the last stage, on Collect's goroutine: it adds every run to
@@ -308,9 +366,9 @@ func (c *collector) addRuns(st *Stats) {
 		var err error
 		switch {
 		case r.scan:
-			err = st.scan(r.ids, r.outs, r.last)
+			err = st.scan(r.ids, r.outs, r.last, r.final)
 		default:
-			err = st.add(r.ids, r.outs, workers)
+			err = st.add(r.ids, r.outs, workers, r.final)
 		}
 		if err != nil {
 			c.cancel(err)
@@ -320,7 +378,7 @@ func (c *collector) addRuns(st *Stats) {
 		case c.spent <- r.outs:
 		default:
 		}
-		if !r.scan && c.opts.Progress != nil {
+		if !r.scan && r.final && c.opts.Progress != nil {
 			c.opts.Progress(len(r.ids))
 		}
 	}

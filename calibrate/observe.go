@@ -125,8 +125,12 @@ func Augment(m *onnx.Model, tensors []string) (*onnx.Model, error) {
 
 // openAugmented opens an ONNX Runtime session on m with tensors as extra
 // graph outputs (see Augment), the form in which Collect and Evaluate fetch
-// intermediate tensors: ONNX Runtime returns only graph outputs.
+// intermediate tensors: ONNX Runtime returns only graph outputs. The
+// session asks ONNX Runtime for the shapes of the extra outputs, so that
+// even the first run writes them into Go memory (see
+// ort.SessionOptions.InferOutputShapes).
 func openAugmented(m *onnx.Model, tensors []string, so ort.SessionOptions) (*ort.Session, error) {
+	so.InferOutputShapes = true
 	aug, err := Augment(m, tensors)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -93,6 +94,10 @@ type Config struct {
 	Target Target
 	// Session configures ONNX Runtime.
 	Session ort.SessionOptions
+	// MemoryBudget caps, in bytes, the activations one ONNX Runtime run
+	// fetches (see CollectOptions.MemoryBudget); 0 means no cap. It changes
+	// how the work is split, never the results.
+	MemoryBudget int64
 }
 
 // Validate checks the config on its own.
@@ -110,6 +115,9 @@ func (c Config) Validate() error {
 	}
 	if p := c.MethodOptions.Percentile; p < 0 || p > 100 || math.IsNaN(p) {
 		errs = append(errs, fmt.Errorf("percentile %v is not in (0, 100]", p))
+	}
+	if c.MemoryBudget < 0 {
+		errs = append(errs, fmt.Errorf("memory budget %d is negative", c.MemoryBudget))
 	}
 	if c.Samples < 0 || c.Batch < 0 || c.Validation < -1 {
 		errs = append(errs, errors.New("samples and batch must not be negative"))
@@ -291,6 +299,9 @@ func (rn *runner) calibrate(ctx context.Context, cfg Config) (*Report, map[strin
 		return nil, nil, err
 	}
 	rep := j.report(ranges, samples, q)
+	// The collection's activations are garbage now; return them to the
+	// system before validation allocates its own.
+	debug.FreeOSMemory()
 	accs, err := rn.validate(ctx, j, models, ranges)
 	if err != nil {
 		return nil, nil, err
@@ -411,9 +422,10 @@ func (rn *runner) collectRanges(ctx context.Context, j *job) (Ranges, int, error
 	h := manifest.NewHash()
 	task := progress.Start(rn.progress, "calibrate "+j.name, int64(len(j.calib)), "samples")
 	stats, err := Collect(ctx, j.m, hashed(dataset.Batches(ctx, j.src, j.calib, j.bopts), h), CollectOptions{
-		Session:  j.cfg.Session,
-		Scope:    j.cfg.Scope(),
-		Progress: func(n int) { task.Add(int64(n)) },
+		Session:      j.cfg.Session,
+		Scope:        j.cfg.Scope(),
+		MemoryBudget: j.cfg.MemoryBudget,
+		Progress:     func(n int) { task.Add(int64(n)) },
 	})
 	task.Finish(err)
 	if err != nil {

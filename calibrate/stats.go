@@ -51,10 +51,14 @@ func keepFloat(names []string, outs map[string]*onnx.Tensor, d derivation) []str
 
 // add adds one run's outputs to the histograms, tensors spread over
 // workers (each histogram is touched by one worker only). A run of the first
-// batch after its scan is counted into the bins Stats.scan began.
-func (st *Stats) add(ids []string, outs map[string]*onnx.Tensor, workers int) error {
+// batch after its scan is counted into the bins Stats.scan began. A part
+// of a run (see fetchGroups) counts its samples with the final part.
+func (st *Stats) add(ids []string, outs map[string]*onnx.Tensor, workers int, final bool) error {
 	if err := st.addTensors(ids, outs, workers); err != nil {
 		return err
+	}
+	if !final {
+		return nil
 	}
 	st.Samples += len(ids)
 	st.IDs = append(st.IDs, ids...)
@@ -125,8 +129,9 @@ func (st *Stats) addTensors(ids []string, outs map[string]*onnx.Tensor, workers 
 // batchScan and, after the last run, begins the batch in every histogram as
 // Add would the whole batch (Histogram.begin), so that the batch's runs are
 // then counted into bins that already cover it. Tensors that do not depend
-// on the inputs come with the first run only, so they are added whole.
-func (st *Stats) scan(ids []string, outs map[string]*onnx.Tensor, last bool) error {
+// on the inputs come with the first run only, so they are added whole. A
+// part of a run (see fetchGroups) counts its samples with the final part.
+func (st *Stats) scan(ids []string, outs map[string]*onnx.Tensor, last, final bool) error {
 	if st.scans == nil {
 		st.scans = map[string]*batchScan{}
 	}
@@ -162,7 +167,9 @@ func (st *Stats) scan(ids []string, outs map[string]*onnx.Tensor, last bool) err
 			return err
 		}
 	}
-	st.scanned += len(ids)
+	if final {
+		st.scanned += len(ids)
+	}
 	if !last {
 		return nil
 	}

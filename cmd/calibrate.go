@@ -47,6 +47,8 @@ func (o *calibrateOptions) addFlags(f *pflag.FlagSet) {
 	formatFlag(f, &o.format)
 	progressFlag(f, &o.progress)
 	o.session.addFlags(f, "")
+	f.Lookup("threads").Usage = "ONNX Runtime intra-op threads (0: one per CPU); the histogram workers share the same CPUs, one per CPU, adding a run's activations while ONNX Runtime computes the next run"
+	sizeFlag(f, &o.cfg.MemoryBudget, "memory-budget", 0, "most activation memory one ONNX Runtime run may fetch, e.g. 4GiB (0: a quarter of the machine's memory, from /proc/meminfo); a sample whose observed tensors take more runs once per group of tensors that fits, with the same results")
 }
 
 // addDataFlags defines the flags that say what to calibrate on and how;
@@ -83,6 +85,10 @@ func (o *calibrateOptions) config(model string) (calibrate.Config, error) {
 	cfg.Model = model
 	cfg.TRTVersion = o.trt.TRTVersion
 	cfg.Session = o.session.options()
+	cfg.Session.IntraOpThreads = resolveThreads(cfg.Session.IntraOpThreads)
+	if cfg.MemoryBudget == 0 {
+		cfg.MemoryBudget = defaultMemoryBudget()
+	}
 	if cfg.Data.Path == "" {
 		return calibrate.Config{}, usageErr(errors.New("--data is required"))
 	}

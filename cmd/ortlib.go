@@ -4,6 +4,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -93,4 +96,34 @@ func (s *sessionFlags) addFlags(f *pflag.FlagSet, prefix string) {
 
 func (s *sessionFlags) options() ort.SessionOptions {
 	return ort.SessionOptions{Provider: ort.Provider(s.device), IntraOpThreads: s.threads}
+}
+
+// resolveThreads is kiln calibrate's --threads: 0 means one ONNX Runtime
+// thread per CPU (runtime.NumCPU), where ONNX Runtime's own default counts
+// physical cores as it finds them and gave one thread on a 2-vCPU VM.
+func resolveThreads(n int) int {
+	if n == 0 {
+		return runtime.NumCPU()
+	}
+	return n
+}
+
+// defaultMemoryBudget is calibrate's default --memory-budget: a quarter of
+// the machine's memory (MemTotal in /proc/meminfo), or no cap (0) where
+// that cannot be read.
+func defaultMemoryBudget() int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10 / 4
+		}
+	}
+	return 0
 }

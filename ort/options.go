@@ -99,6 +99,12 @@ type SessionOptions struct {
 	Provider Provider
 	// DeviceID selects the GPU for ProviderCUDA and ProviderTensorRT.
 	DeviceID int
+	// InferOutputShapes makes the session ask ONNX Runtime, when it opens,
+	// for the shapes it infers for the outputs, so that the first run
+	// writes its outputs straight into Go memory as later runs do (see
+	// infer.go). It costs a second load of the model; it pays for models
+	// that fetch large intermediate tensors.
+	InferOutputShapes bool
 	// OptimizedModelPath, when set, makes ONNX Runtime write the model after
 	// graph optimization to this file. Use OptBasic for a portable model.
 	OptimizedModelPath string

@@ -121,7 +121,11 @@ func preallocatable(dt onnx.DataType) bool {
 func (s *Session) run(ctx context.Context, inputs map[string]*onnx.Tensor, want map[string]bool, old map[string]*onnx.Tensor) (map[string]*onnx.Tensor, error) {
 	key := s.shapeKey(inputs)
 	known := s.shapes.get(key)
-	res, seen, used, err := s.runOnce(ctx, inputs, want, old, known)
+	plan := known
+	if plan == nil {
+		plan = s.guessPlan(inputs)
+	}
+	res, seen, used, err := s.runOnce(ctx, inputs, want, old, plan)
 	if err != nil && used && ctx.Err() == nil {
 		// A remembered shape was wrong (or the run fails anyway, which
 		// the second run tells).

@@ -87,6 +87,9 @@ type Session struct {
 	outIdx  map[string]int
 	fetches []fetch
 	shapes  shapeCache // output shapes by input shapes, see outputs.go
+	// inferred are ONNX Runtime's output shapes with
+	// SessionOptions.InferOutputShapes (see infer.go), by output index.
+	inferred []outShape
 }
 
 // NewSession opens a session on the model file at path. ONNX Runtime reads
@@ -201,6 +204,12 @@ func open(name string, m *onnx.Model, data []byte, path string, opts SessionOpti
 		return nil, err
 	}
 	s.sess = sess
+	if opts.InferOutputShapes {
+		if err := s.inferShapes(data, path); err != nil {
+			sess.Destroy()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 

@@ -8,10 +8,18 @@
 //	peakmem -mode load FILE              onnx.Load
 //	peakmem -mode save FILE              onnx.Load then Save to FILE.out
 //	peakmem -mode fp16 FILE              onnx.Load, convert.ToFP16, Save to FILE.out
+//
+// and, for calibration against plain inference (see bench/calibmem.sh),
+// with ONNX Runtime from $KILN_ORT_LIB:
+//
+//	peakmem -large 256 -samples 8 -o DIR   write testmodels.LargeActivations(256) and 8 samples
+//	peakmem -mode infer -data D MODEL      plain inference of the samples, batch 1
+//	peakmem -mode calibrate -data D MODEL  calibrate.Run, batch 1 (-validation -1: none)
 package main
 
 import (
 	"bufio"
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -29,15 +37,29 @@ import (
 func main() {
 	gen := flag.Int("gen", 0, "generate a model with this many MB of weights")
 	out := flag.String("o", "", "output path for -gen")
-	mode := flag.String("mode", "", "read, load, save or fp16")
+	mode := flag.String("mode", "", "read, load, save, fp16, infer or calibrate")
+	large := flag.Int("large", 0, "generate testmodels.LargeActivations with this many branches into -o DIR")
+	var co calibOptions
+	flag.StringVar(&co.data, "data", "", "dataset for infer and calibrate")
+	flag.IntVar(&co.samples, "samples", 2, "samples: written with -large, drawn by infer and calibrate (0: all)")
+	flag.IntVar(&co.validation, "validation", 0, "calibrate.Config.Validation")
+	flag.Int64Var(&co.budget, "budget", 0, "calibrate.Config.MemoryBudget in bytes (0: none)")
+	flag.IntVar(&co.threads, "threads", 0, "ONNX Runtime intra-op threads (0: one per CPU)")
 	flag.Parse()
-	if err := run(*gen, *out, *mode, flag.Args()); err != nil {
+	if *large > 0 {
+		if err := genLarge(*out, *large, co.samples); err != nil {
+			fmt.Fprintln(os.Stderr, "peakmem:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*gen, *out, *mode, co, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "peakmem:", err)
 		os.Exit(1)
 	}
 }
 
-func run(gen int, out, mode string, args []string) error {
+func run(gen int, out, mode string, co calibOptions, args []string) error {
 	if gen > 0 {
 		return (&onnx.Model{Proto: testmodels.Wide(gen, 7)}).Save(out)
 	}
@@ -48,6 +70,14 @@ func run(gen int, out, mode string, args []string) error {
 	st, err := os.Stat(path)
 	if err != nil {
 		return err
+	}
+	if mode == "infer" || mode == "calibrate" {
+		if err := initORT(); err != nil {
+			return err
+		}
+		if co.threads == 0 {
+			co.threads = runtime.NumCPU()
+		}
 	}
 	debug.FreeOSMemory()
 	base := status("VmRSS")
@@ -75,6 +105,10 @@ func run(gen int, out, mode string, args []string) error {
 			}
 		}
 		keep = m
+	case "infer":
+		keep, err = infer(context.Background(), path, co)
+	case "calibrate":
+		keep, err = calib(context.Background(), path, co)
 	default:
 		return fmt.Errorf("unknown mode %q", mode)
 	}
@@ -84,6 +118,11 @@ func run(gen int, out, mode string, args []string) error {
 	dur := time.Since(start)
 	peak := status("VmHWM")
 	runtime.KeepAlive(keep)
+	if mode == "infer" || mode == "calibrate" {
+		fmt.Printf("%s samples=%d validation=%d budget=%d peak=%dMiB peak_over_base=%dMiB time=%s\n", mode, co.samples, co.validation,
+			co.budget, peak>>20, (peak-base)>>20, dur.Round(time.Millisecond))
+		return nil
+	}
 	fmt.Printf("%s file=%dMB peak_over_base=%dMB ratio=%.2f time=%s\n", mode, st.Size()>>20,
 		(peak-base)>>20, float64(peak-base)/float64(st.Size()), dur.Round(time.Millisecond))
 	return nil
