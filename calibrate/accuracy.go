@@ -7,6 +7,8 @@ import (
 	"math"
 	"sort"
 
+	"github.com/kiln-ml/kiln/internal/check"
+
 	"github.com/kiln-ml/kiln/dataset"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/ort"
@@ -15,8 +17,11 @@ import (
 // OutputAccuracy compares one graph output of a quantized model with fp32.
 type OutputAccuracy struct {
 	Output string `json:"output"`
-	// Cosine is the cosine similarity of all values of the output over
-	// every validation sample.
+	// Kind is how the output is read (check.KindOf, or a peak map found
+	// from the graph): the metrics are the ones convert and serve judge.
+	Kind check.Kind `json:"kind"`
+	// Cosine is the mean of the per-sample cosine similarities (for a
+	// peak map, at the positions that are peaks on both sides).
 	Cosine float64 `json:"cosine"`
 	// MinCosine is the lowest per-sample cosine similarity.
 	MinCosine float64 `json:"min_cosine"`
@@ -28,6 +33,10 @@ type OutputAccuracy struct {
 	Classifier bool    `json:"classifier"`
 	Top1       float64 `json:"top1_agreement,omitempty"`
 	Top5       float64 `json:"top5_agreement,omitempty"`
+	// Agreement is a dense map's argmax or mask agreement, or a peak map's
+	// peak agreement (check.Metrics.Agreement); AgreementKind says which.
+	Agreement     *float64 `json:"agreement,omitempty"`
+	AgreementKind string   `json:"agreement_kind,omitempty"`
 }
 
 // TensorError is the quantization error of one tensor as a signal-to-
@@ -88,6 +97,11 @@ func Evaluate(ctx context.Context, ref *onnx.Model, models []*Quantized, r Range
 // quantized layers, so one run of each per batch does.
 type evaluation struct {
 	outputs []string
+	// batched says the model's inputs share a batch dimension (dataset.
+	// Batched), peaks are its peak-map outputs (check.PeakOutputs): how
+	// its outputs are read.
+	batched bool
+	peaks   map[string]check.Peak
 	scales  map[string]float64
 	// graphOrder is the order in which fp32 activations are checked to be
 	// finite (see checkFinite).
@@ -127,6 +141,7 @@ type evalPlan struct {
 func newEvaluation(ref *onnx.Model, models []*Quantized, r Ranges) *evaluation {
 	e := &evaluation{scales: map[string]float64{}, local: map[string]*sqnr{}, plans: make([]*evalPlan, len(models))}
 	e.outputs = []string{}
+	e.batched, e.peaks = dataset.Batched(ref.Inputs()), check.PeakOutputs(ref)
 	for _, o := range ref.Outputs() {
 		e.outputs = append(e.outputs, o.Name)
 	}
@@ -234,7 +249,7 @@ func (e *evaluation) add(ctx context.Context, b *dataset.Batch) error {
 			return fmt.Errorf("running the Q/DQ model on samples %s: %w", idRange(b.IDs), err)
 		}
 		for i, o := range e.outputs {
-			if err := p.acc[i].add(want[o], got[o], len(b.IDs)); err != nil {
+			if err := p.acc[i].add(e, o, want[o], got[o], b); err != nil {
 				return fmt.Errorf("output %q: %w", o, err)
 			}
 		}
@@ -345,105 +360,43 @@ func (s *sqnr) db() float64 {
 	return math.Min(200, 10*math.Log10(s.signal/s.noise))
 }
 
-// outAcc accumulates the comparison of one output.
+// outAcc compares one output with kiln's one checker (internal/check), so
+// that calibrate measures an output as convert and serve judge it: per
+// sample cosines, top-k for classifiers, argmax or mask agreement for
+// dense maps, peak agreement for peak maps (check.PeakOutputs). It is
+// started by the first batch, whose shape decides how the output is read.
 type outAcc struct {
-	dot, nx, ny      float64
-	maxAbs, sumAbs   float64
-	n                int
-	minCos           float64
-	classifier       bool
-	rows, top1, top5 int
-	checked          bool
+	acc *check.Accumulator
 }
 
-func (a *outAcc) add(want, got *onnx.Tensor, batch int) error {
+func (a *outAcc) add(e *evaluation, name string, want, got *onnx.Tensor, b *dataset.Batch) error {
 	if want == nil || got == nil {
 		return fmt.Errorf("missing from a model's results")
 	}
-	x, y := floats(want), floats(got)
-	if len(x) != len(y) {
-		return fmt.Errorf("fp32 gives %v values, the Q/DQ model %v", want.Dims, got.Dims)
+	batched, ids := e.batched, b.IDs
+	if batched && (len(want.Dims) == 0 || want.Dims[0] != int64(len(ids))) {
+		batched, ids = false, []string{idRange(b.IDs)}
 	}
-	if !a.checked {
-		a.checked = true
-		a.minCos = 1
-		d := want.Dims
-		a.classifier = (len(d) == 2 && d[1] > 1) || (len(d) == 4 && d[1] > 1 && d[2] == 1 && d[3] == 1)
+	if a.acc == nil {
+		a.acc = check.OutputAccumulator(name, want.Dims, batched, b.Tensors, e.peaks, check.Thresholds{})
 	}
-	rows := 1
-	if len(want.Dims) > 0 && want.Dims[0] > 0 {
-		rows = int(want.Dims[0])
-	}
-	per := len(x) / max(rows, 1)
-	for r := range rows {
-		xs, ys := x[r*per:(r+1)*per], y[r*per:(r+1)*per]
-		var dot, nx, ny float64
-		for i := range xs {
-			xv, yv := float64(xs[i]), float64(ys[i])
-			dot += xv * yv
-			nx += xv * xv
-			ny += yv * yv
-			d := math.Abs(xv - yv)
-			a.sumAbs += d
-			a.maxAbs = math.Max(a.maxAbs, d)
-		}
-		a.dot, a.nx, a.ny = a.dot+dot, a.nx+nx, a.ny+ny
-		a.minCos = math.Min(a.minCos, cosine(dot, nx, ny))
-		a.n += len(xs)
-		if a.classifier && per > 1 {
-			a.rows++
-			best := argmax(xs)
-			if argmax(ys) == best {
-				a.top1++
-			}
-			if rankOf(ys, best) < 5 {
-				a.top5++
-			}
-		}
-	}
-	return nil
+	return a.acc.Add(want, got, ids, batched)
 }
 
 func (a *outAcc) result(name string) OutputAccuracy {
-	o := OutputAccuracy{Output: name, Cosine: cosine(a.dot, a.nx, a.ny), MinCosine: a.minCos, MaxAbs: a.maxAbs, Classifier: a.classifier}
-	if a.n > 0 {
-		o.MeanAbs = a.sumAbs / float64(a.n)
+	o := OutputAccuracy{Output: name}
+	if a.acc == nil {
+		return o
 	}
-	if a.classifier && a.rows > 0 {
-		o.Top1 = float64(a.top1) / float64(a.rows)
-		o.Top5 = float64(a.top5) / float64(a.rows)
+	m := a.acc.Metrics()
+	o.Kind, o.Cosine, o.MinCosine, o.MaxAbs, o.MeanAbs = m.Kind, m.Cosine, m.WorstCosine, m.MaxAbs, m.MeanAbs
+	o.Classifier = m.Kind == check.KindClassifier
+	if m.Top1 != nil {
+		o.Top1 = *m.Top1
 	}
+	if m.Top5 != nil {
+		o.Top5 = *m.Top5
+	}
+	o.Agreement, o.AgreementKind = m.Agreement, m.AgreementKind
 	return o
-}
-
-// cosine is dot/(|x||y|), 1 when both are zero and 0 when one is.
-func cosine(dot, nx, ny float64) float64 {
-	switch {
-	case nx == 0 && ny == 0:
-		return 1
-	case nx == 0 || ny == 0:
-		return 0
-	}
-	return dot / math.Sqrt(nx*ny)
-}
-
-func argmax(v []float32) int {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return best
-}
-
-// rankOf is the number of values greater than v[i] (ties count for i).
-func rankOf(v []float32, i int) int {
-	r := 0
-	for _, x := range v {
-		if x > v[i] {
-			r++
-		}
-	}
-	return r
 }

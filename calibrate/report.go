@@ -124,10 +124,14 @@ func (r *Report) Markdown() []byte {
 					share(bo.Classifier, bo.Top1), share(o.Classifier, o.Top1), share(o.Classifier, o.Top5), o.MaxAbs, o.MeanAbs)
 			}
 		} else {
-			p("| output | cosine | min cosine | top-1 | top-5 | max abs | mean abs |\n|---|---|---|---|---|---|---|\n")
+			p("| output | kind | cosine | min cosine | top-1 | top-5 | agreement | max abs | mean abs |\n|---|---|---|---|---|---|---|---|---|\n")
 			for _, o := range r.Accuracy.Outputs {
-				p("| `%s` | %.6f | %.6f | %s | %s | %.4g | %.4g |\n", o.Output, o.Cosine, o.MinCosine,
-					share(o.Classifier, o.Top1), share(o.Classifier, o.Top5), o.MaxAbs, o.MeanAbs)
+				agree := "—"
+				if o.Agreement != nil {
+					agree = fmt.Sprintf("%.4f (%s)", *o.Agreement, o.AgreementKind)
+				}
+				p("| `%s` | %s | %.6f | %.6f | %s | %s | %s | %.4g | %.4g |\n", o.Output, o.Kind, o.Cosine, o.MinCosine,
+					share(o.Classifier, o.Top1), share(o.Classifier, o.Top5), agree, o.MaxAbs, o.MeanAbs)
 			}
 		}
 		p("\n## Worst tensors (SQNR, higher is better)\n\n")

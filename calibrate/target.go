@@ -14,15 +14,17 @@ import (
 )
 
 // The metrics a Target bounds, each an OutputAccuracy field: Cosine,
-// MinCosine, Top1 and Top5 (the last two of classifier outputs only).
+// MinCosine, Top1 and Top5 (the last two of classifier outputs only) and
+// Agreement (of dense and peak maps only).
 const (
 	MetricCosine    = "cosine"
 	MetricMinCosine = "min_cosine"
 	MetricTop1      = "top1"
 	MetricTop5      = "top5"
+	MetricAgreement = "agreement"
 )
 
-var targetMetrics = []string{MetricCosine, MetricMinCosine, MetricTop1, MetricTop5}
+var targetMetrics = []string{MetricCosine, MetricMinCosine, MetricTop1, MetricTop5, MetricAgreement}
 
 // Bound is one lower bound of a Target: Metric of Output (of every output
 // when Output is "") against fp32 must be at least Min.
@@ -38,7 +40,7 @@ type Bound struct {
 type Target []Bound
 
 // ParseTarget reads a target spec: comma-separated METRIC=VALUE items
-// (cosine, min_cosine, top1, top5; e.g. cosine=0.99,top1=0.98) for every
+// (cosine, min_cosine, top1, top5, agreement; e.g. cosine=0.99,top1=0.98) for every
 // output. OUTPUT:METRIC=VALUE bounds one output, and the items after it in
 // the same spec too, up to the next OUTPUT: prefix; "*:" goes back to every
 // output. The output is what comes before the last colon, so TensorFlow
@@ -162,6 +164,10 @@ func (o OutputAccuracy) metric(name string) (float64, bool) {
 		return o.Top1, o.Classifier
 	case MetricTop5:
 		return o.Top5, o.Classifier
+	case MetricAgreement:
+		if o.Agreement != nil {
+			return *o.Agreement, true
+		}
 	}
 	return 0, false
 }
@@ -190,7 +196,11 @@ func (t Target) missed(a *Accuracy) ([]Miss, error) {
 			if b.Output != "" {
 				what = fmt.Sprintf("output %q is not", b.Output)
 			}
-			return nil, fmt.Errorf("accuracy target %s: %s a classifier ([N,C] or [N,C,1,1]), so %s does not apply", Target{b}, what, b.Metric)
+			kind := "a classifier ([N,C] or [N,C,1,1])"
+			if b.Metric == MetricAgreement {
+				kind = "a dense or peak map"
+			}
+			return nil, fmt.Errorf("accuracy target %s: %s %s, so %s does not apply", Target{b}, what, kind, b.Metric)
 		}
 	}
 	return out, nil

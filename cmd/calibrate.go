@@ -72,7 +72,7 @@ func (o *calibrateOptions) addDataFlags(f *pflag.FlagSet, prefix string) {
 		prefix+"preprocess", what+"image preprocessing: a preset (imagenet, inception, caffe) and/or key=value items, e.g. imagenet or resize=256,crop=224,scale=1/255,mean=0.485:0.456:0.406,std=0.229:0.224:0.225")
 	f.IntVar(&o.cfg.Samples, prefix+"samples", 0, what+"samples drawn from the data with --seed, for calibration and validation together (0: all)")
 	f.Var(&targetValue{p: &o.cfg.Target}, prefix+"accuracy-target",
-		what+"accuracy the int8 model must reach on the validation samples: METRIC=VALUE items (cosine, min_cosine, top1, top5) for every output, OUTPUT:METRIC=VALUE for one, e.g. cosine=0.99,top1=0.98 (repeatable); layers are kept in fp32, worst SQNR first, until it does; exit 3 with the best reached when it cannot")
+		what+"accuracy the int8 model must reach on the validation samples: METRIC=VALUE items (cosine, min_cosine, top1, top5, agreement) for every output, OUTPUT:METRIC=VALUE for one, e.g. cosine=0.99,top1=0.98 (repeatable); layers are kept in fp32, worst SQNR first, until it does; exit 3 with the best reached when it cannot")
 	if prefix == "" {
 		f.Var(&choiceValue{p: (*string)(&o.cfg.Data.Format), choices: []string{"images", "numpy", "pb", "tfrecord", "json"}},
 			"data-format", "data format when it cannot be told from file names: images, numpy, pb, tfrecord or json")
@@ -212,6 +212,9 @@ func printCalibration(w io.Writer, format, dir string, r *calibrate.Report) erro
 			fmt.Fprintf(w, "  %s: cosine %.6f, max abs %.4g, mean abs %.4g", out.Output, out.Cosine, out.MaxAbs, out.MeanAbs)
 			if out.Classifier {
 				fmt.Fprintf(w, ", top-1 %.4f, top-5 %.4f", out.Top1, out.Top5)
+			}
+			if out.Agreement != nil {
+				fmt.Fprintf(w, ", %s agreement %.4f", out.AgreementKind, *out.Agreement)
 			}
 			if r.Baseline != nil {
 				b := r.Baseline.Outputs[i]

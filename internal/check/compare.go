@@ -94,14 +94,7 @@ func (r *Reference) Compare(ctx context.Context, cand Runner, thresholds func(ou
 			if accs[j] == nil {
 				th := thresholds(o)
 				res.Thresholds[o] = th
-				kind := KindOf(want.Dims, batched)
-				if isState(want.Dims, f.Tensors) {
-					kind = KindOther
-				}
-				accs[j] = NewAccumulator(o, kind, th)
-				if p, ok := r.Peaks[o]; ok {
-					accs[j] = NewPeakAccumulator(o, p, th)
-				}
+				accs[j] = OutputAccumulator(o, want.Dims, batched, f.Tensors, r.Peaks, th)
 			}
 			if err := accs[j].Add(want, got[o], ids, batched); err != nil {
 				return nil, err
@@ -118,6 +111,20 @@ func (r *Reference) Compare(ctx context.Context, cand Runner, thresholds func(ou
 		res.Failures = append(res.Failures, Judge(m, res.Thresholds[r.Outputs[j]])...)
 	}
 	return res, nil
+}
+
+// OutputAccumulator starts the comparison of output o of a run on inputs,
+// read as its shape says (KindOf; an output shaped like one of the inputs
+// is recurrent state, KindOther) or, when peaks names it, as a peak map.
+func OutputAccumulator(o string, dims []int64, batched bool, inputs map[string]*onnx.Tensor, peaks map[string]Peak, th Thresholds) *Accumulator {
+	if p, ok := peaks[o]; ok {
+		return NewPeakAccumulator(o, p, th)
+	}
+	kind := KindOf(dims, batched)
+	if isState(dims, inputs) {
+		kind = KindOther
+	}
+	return NewAccumulator(o, kind, th)
 }
 
 // isState reports whether an output has the shape of one of the inputs
