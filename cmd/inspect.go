@@ -61,19 +61,31 @@ func newInspectCmd(g *globalOptions) *cobra.Command {
 	o := &inspectOptions{}
 	c := &cobra.Command{
 		Use:   "inspect MODEL...",
-		Short: "Describe an ONNX model: signature, opsets, parameters, ops, precision, batching",
+		Short: "Describe an ONNX model (signature, opsets, parameters, ops, precision, batching) or a SavedModel",
 		Long: `inspect prints what kiln sees in an ONNX model: IR version, opsets, producer,
 inputs and outputs (element type and shape, with symbolic dimensions), the
 parameter count and bytes per element type, node counts per op type, whether
 the model is already fp16 or INT8 (Q/DQ or QLinear operators), and whether
-Triton can batch it (every input and output has a dynamic first dimension).`,
+Triton can batch it (every input and output has a dynamic first dimension).
+
+Given a TensorFlow SavedModel directory (local or gs://) instead, it prints
+each MetaGraphDef's tags and SignatureDefs as saved_model_cli show --all does;
+a model base directory's highest numeric version is used, as TensorFlow
+Serving picks it.`,
 		Example: `  kiln inspect model.onnx
+  kiln inspect models/half_plus_two          # SavedModel: highest version directory
   kiln inspect --format json model.onnx | jq .batch
   kiln inspect --run --batch 8 model.onnx`,
 		Args: argsUsage(cobra.MinimumNArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := o.validate(); err != nil {
 				return err
+			}
+			if sm, err := savedModelArgs(args); err != nil || sm {
+				if err != nil {
+					return err
+				}
+				return o.inspectSavedModels(c.Context(), c.OutOrStdout(), args)
 			}
 			if o.run {
 				if err := g.initORT(); err != nil {
@@ -141,7 +153,7 @@ func inspectFile(path string) (inspectResult, error) {
 		return inspectResult{}, err
 	}
 	if st.IsDir() {
-		return inspectResult{}, fmt.Errorf("%s is a directory: inspect reads ONNX model files (SavedModel and repository inspection are not implemented yet)", path)
+		return inspectResult{}, fmt.Errorf("%s is a directory: inspect reads ONNX model files and SavedModel directories", path)
 	}
 	m, err := onnx.Load(path)
 	if err != nil {
