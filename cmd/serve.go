@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/kiln-ml/kiln/internal/trtexec"
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/ort"
+	"github.com/kiln-ml/kiln/pack"
 	"github.com/kiln-ml/kiln/pbtxt"
 	"github.com/kiln-ml/kiln/serve"
 	"github.com/kiln-ml/kiln/serve/report"
@@ -80,21 +82,32 @@ agreement for dense outputs, NaN/Inf, and the smallest tolerance that would pass
 
 Exit codes: 0 every artifact passed; 3 one failed or did not load; 4 nothing
 failed but some were not checked (TensorRT plans without trtexec/GPU) or not
-judged (int8 on random data).`,
+judged (int8 on random data).
+
+REPO may also be a published repository: gs://BUCKET/PREFIX, image:REF or
+oci-layout:PATH[:TAG]. It is read (verified, as kiln pack --from reads it)
+into a temporary directory, served from there and removed afterwards; the
+verdicts serve records go to that copy.`,
 		Example: `  kiln serve models --data val/ --preprocess imagenet -o report
   kiln serve model.fp16.onnx --reference model.onnx --precision fp16 --data val.npz
   kiln serve silero --input sr=16000 --shape input=1x512 --shape state=2x1x128
   kiln serve models --listen 127.0.0.1:8000 --metrics-listen 127.0.0.1:8002
-  kiln serve models --triton http://triton:8000 --data val/ --preprocess imagenet`,
+  kiln serve models --triton http://triton:8000 --data val/ --preprocess imagenet
+  kiln serve gs://my-bucket/models/resnet --listen 127.0.0.1:8000`,
 		Args: argsUsage(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := g.initORT(); err != nil {
 				return err
 			}
-			if o.endpoint.listen != "" {
-				return o.endpoint.listenAndServe(c.Context(), args[0], *o, g.logger(c.ErrOrStderr()), c.OutOrStdout())
+			subject, cleanup, err := fetchRepo(c.Context(), g, args[0], c.ErrOrStderr())
+			if err != nil {
+				return err
 			}
-			rep, err := o.run(c.Context(), g, args[0], c.ErrOrStderr())
+			defer cleanup()
+			if o.endpoint.listen != "" {
+				return o.endpoint.listenAndServe(c.Context(), subject, *o, g.logger(c.ErrOrStderr()), c.OutOrStdout())
+			}
+			rep, err := o.run(c.Context(), g, subject, c.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -109,6 +122,31 @@ judged (int8 on random data).`,
 	}
 	o.addFlags(c.Flags())
 	return c
+}
+
+// fetchRepo reads a published repository (gs://, image:, oci-layout:)
+// into a temporary directory under os.TempDir and returns that directory
+// and the function that removes it; any other subject is returned as it is.
+func fetchRepo(ctx context.Context, g *globalOptions, subject string, stderr io.Writer) (string, func(), error) {
+	if !strings.HasPrefix(subject, "gs://") && !strings.HasPrefix(subject, "image:") && !strings.HasPrefix(subject, "oci-layout:") {
+		return subject, func() {}, nil
+	}
+	src, err := pack.ParseDestination(subject)
+	if err != nil {
+		return "", nil, usageErr(err)
+	}
+	tmp, err := os.MkdirTemp("", "kiln-serve-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() { os.RemoveAll(tmp) }
+	dir := filepath.Join(tmp, "repo")
+	_, err = pack.Pull(ctx, src, dir, pack.WithLogger(g.logger(stderr)), pack.WithRegistry(pack.DefaultRegistry(false)))
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return dir, cleanup, nil
 }
 
 // run builds the config from the flags and runs the checks.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -195,6 +196,9 @@ func entryPath(name, prefix string) (string, error) {
 // writeTarEntry writes one entry: directories, regular files and links
 // whose target stays inside the root.
 func writeTarEntry(root *os.Root, tr *tar.Reader, hdr *tar.Header, rel string) error {
+	if err := belowLink(root, hdr.Name, rel); err != nil {
+		return err
+	}
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return root.MkdirAll(rel, 0o755)
@@ -237,6 +241,16 @@ func writeLink(root *os.Root, hdr *tar.Header, rel string) error {
 	if !filepath.IsLocal(filepath.FromSlash(resolved)) {
 		return &EscapeError{Entry: hdr.Name, Reason: "links to " + target + ", outside the target"}
 	}
+	if hdr.Typeflag == tar.TypeLink {
+		// A hard link to a symbolic link is a second symbolic link,
+		// whose relative target may point out from its new place.
+		if err := belowLink(root, hdr.Name, resolved); err != nil {
+			return err
+		}
+		if fi, err := root.Lstat(resolved); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return &EscapeError{Entry: hdr.Name, Reason: "is a hard link to the symbolic link " + target}
+		}
+	}
 	if err := root.MkdirAll(path.Dir(rel), 0o755); err != nil {
 		return err
 	}
@@ -244,4 +258,27 @@ func writeLink(root *os.Root, hdr *tar.Header, rel string) error {
 		return root.Link(resolved, rel)
 	}
 	return root.Symlink(target, rel)
+}
+
+// belowLink refuses an entry whose parent directories pass through a
+// symbolic link: where the entry lands (and where a relative link in it
+// points) would no longer be where its name says, so the checks on names
+// would not hold.
+func belowLink(root *os.Root, name, rel string) error {
+	dir := path.Dir(rel)
+	if dir == "." {
+		return nil
+	}
+	parts := strings.Split(dir, "/")
+	for i := range parts {
+		p := strings.Join(parts[:i+1], "/")
+		fi, err := root.Lstat(p)
+		if err != nil {
+			return nil // not made yet: nothing below it exists either
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return &EscapeError{Entry: name, Reason: "is below the symbolic link " + p}
+		}
+	}
+	return nil
 }

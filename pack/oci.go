@@ -3,15 +3,17 @@ package pack
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 
-	"github.com/google/go-containerregistry/pkg/compression"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/klauspost/compress/zstd"
+	"github.com/klauspost/pgzip"
 
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/manifest"
@@ -46,24 +48,120 @@ const (
 	Zstd Compression = "zstd"
 )
 
-// repoLayer makes the layer holding the tree under /models. Its content is
-// streamed from the files each time it is read (for its digests and for
-// each upload), never held in memory.
+// repoLayer makes the layer holding the tree under /models.
 func repoLayer(t *tree, c Compression) (v1.Layer, error) {
-	opener := func() (io.ReadCloser, error) {
-		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(t.writeTar(pw, strings.TrimPrefix(ModelsDir, "/"))) }()
-		return pr, nil
+	if c == "" {
+		c = Gzip
 	}
-	opts := []tarball.LayerOption{tarball.WithMediaType(types.OCILayer)}
-	if c == Zstd {
-		opts = []tarball.LayerOption{tarball.WithCompression(compression.ZStd), tarball.WithMediaType(types.OCILayerZStd)}
+	return &streamLayer{t: t, c: c}, nil
+}
+
+// gzipBlock is pgzip's block size. It fixes where blocks start, so the
+// compressed bytes (and the digest) do not depend on the number of cores.
+const gzipBlock = 1 << 20
+
+// streamLayer is the repository layer: the tree as a tar stream, compressed
+// with parallel gzip or zstd. Its bytes are made from the files each time
+// they are read (once for its digests and size, once per upload), never
+// held in memory.
+type streamLayer struct {
+	t *tree
+	c Compression
+
+	once           sync.Once
+	digest, diffID v1.Hash
+	size           int64
+	err            error
+}
+
+// compress writes the compressed layer to w and, when plain is not nil,
+// the tar it compresses to plain.
+func (l *streamLayer) compress(w, plain io.Writer) error {
+	var zw io.WriteCloser
+	if l.c == Zstd {
+		enc, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest))
+		if err != nil {
+			return err
+		}
+		zw = enc
+	} else {
+		gw, err := pgzip.NewWriterLevel(w, pgzip.BestSpeed)
+		if err == nil {
+			err = gw.SetConcurrency(gzipBlock, max(2, runtime.GOMAXPROCS(0)))
+		}
+		if err != nil {
+			return err
+		}
+		zw = gw
 	}
-	l, err := tarball.LayerFromOpener(opener, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("building the repository layer: %w", err)
+	dst := io.Writer(zw)
+	if plain != nil {
+		dst = io.MultiWriter(zw, plain)
 	}
-	return l, nil
+	if err := l.t.writeTar(dst, strings.TrimPrefix(ModelsDir, "/")); err != nil {
+		zw.Close()
+		return err
+	}
+	return zw.Close()
+}
+
+// describe computes the digests and size in one pass over the stream.
+func (l *streamLayer) describe() error {
+	l.once.Do(func() {
+		ch, uh := manifest.NewHash(), manifest.NewHash()
+		n := &countingWriter{w: ch}
+		if l.err = l.compress(n, uh); l.err != nil {
+			l.err = fmt.Errorf("building the repository layer: %w", l.err)
+			return
+		}
+		l.size = n.n
+		if l.digest, l.err = v1.NewHash(string(manifest.HashDigest(ch))); l.err == nil {
+			l.diffID, l.err = v1.NewHash(string(manifest.HashDigest(uh)))
+		}
+	})
+	return l.err
+}
+
+// Digest is the sha256 of the compressed layer.
+func (l *streamLayer) Digest() (v1.Hash, error) { return l.digest, l.describe() }
+
+// DiffID is the sha256 of the tar.
+func (l *streamLayer) DiffID() (v1.Hash, error) { return l.diffID, l.describe() }
+
+// Size is the compressed layer's length.
+func (l *streamLayer) Size() (int64, error) { return l.size, l.describe() }
+
+// MediaType is the OCI layer type of the compression.
+func (l *streamLayer) MediaType() (types.MediaType, error) {
+	if l.c == Zstd {
+		return types.OCILayerZStd, nil
+	}
+	return types.OCILayer, nil
+}
+
+// Compressed streams the compressed layer.
+func (l *streamLayer) Compressed() (io.ReadCloser, error) {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(l.compress(pw, nil)) }()
+	return pr, nil
+}
+
+// Uncompressed streams the tar.
+func (l *streamLayer) Uncompressed() (io.ReadCloser, error) {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(l.t.writeTar(pw, strings.TrimPrefix(ModelsDir, "/"))) }()
+	return pr, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // Base is the image a serving image is built on.
@@ -108,14 +206,20 @@ func buildImage(t *tree, base Base, c Compression) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the base image's config: %w", err)
 	}
-	cfg := cf.Config.DeepCopy()
+	cf = cf.DeepCopy()
+	cfg := &cf.Config
 	cfg.Labels = mergeLabels(cfg.Labels, anns)
-	if !base.IsScratch() {
+	if base.IsScratch() {
+		// The image spec requires both, and runtimes (umoci, runc) refuse a
+		// config without them. The files are the same on every machine, so
+		// they are fixed rather than taken from this one.
+		cf.OS, cf.Architecture = "linux", "amd64"
+	} else {
 		cfg.Entrypoint = []string{"tritonserver", "--model-repository=" + ModelsDir}
 		cfg.Cmd = nil
 		cfg.ExposedPorts = map[string]struct{}{"8000/tcp": {}, "8001/tcp": {}, "8002/tcp": {}}
 	}
-	if img, err = mutate.Config(img, *cfg); err != nil {
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return nil, err
 	}
 	if img, err = mutate.CreatedAt(img, v1.Time{Time: epoch}); err != nil {

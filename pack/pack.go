@@ -70,6 +70,7 @@ type Option func(*runner)
 type runner struct {
 	log      *slog.Logger
 	registry Registry
+	gcs      GCS
 	now      func() time.Time
 }
 
@@ -124,7 +125,7 @@ func Run(ctx context.Context, cfg Config, opts ...Option) ([]Publication, error)
 	var img v1.Image
 	var pubs []Publication
 	for _, d := range cfg.To {
-		if d.Kind != KindDir && img == nil {
+		if d.Kind.isImage() && img == nil {
 			if img, err = buildImage(t, base, cfg.Compression); err != nil {
 				return pubs, err
 			}
@@ -166,7 +167,7 @@ func (r *runner) base(ctx context.Context, cfg Config) (Base, error) {
 	}
 	needed := false
 	for _, d := range cfg.To {
-		needed = needed || d.Kind != KindDir
+		needed = needed || d.Kind.isImage()
 	}
 	if !needed || ref == "scratch" {
 		return Base{Ref: ref}, nil
@@ -185,12 +186,14 @@ func (r *runner) publish(ctx context.Context, t *tree, img v1.Image, d Destinati
 	switch d.Kind {
 	case KindDir:
 		return copyDir(ctx, t, d.Path)
+	case KindGCS:
+		return r.gcs.publish(ctx, r.log, t, d)
 	case KindOCILayout:
 		h, err = writeLayout(img, d.Path, d.Tag)
 	case KindOCIArchive:
 		h, err = writeArchive(img, d.Path, d.Tag)
 	case KindImage:
-		h, err = r.registry.push(ctx, img, d.Ref)
+		h, err = r.registry.push(ctx, r.log, img, d.Ref)
 	default:
 		err = fmt.Errorf("destination %s: unknown kind", d)
 	}
@@ -200,19 +203,21 @@ func (r *runner) publish(ctx context.Context, t *tree, img v1.Image, d Destinati
 	return manifest.Digest(h.String()), nil
 }
 
-// Pull reads a repository back from src (image:REF or oci-layout:PATH)
+// Pull reads a repository back from src (image:REF, oci-layout:PATH or gs://)
 // into dir, verified, and returns the digest of the image it read.
 func Pull(ctx context.Context, src Destination, dir string, opts ...Option) (manifest.Digest, error) {
 	r := newRunner(opts)
 	var img v1.Image
 	var err error
 	switch src.Kind {
+	case KindGCS:
+		return r.gcs.pull(ctx, src, dir)
 	case KindImage:
 		img, err = r.registry.image(ctx, src.Ref)
 	case KindOCILayout:
 		img, err = layoutImage(src.Path, src.Tag)
 	default:
-		return "", fmt.Errorf("source %s: want image:REF or oci-layout:PATH", src)
+		return "", fmt.Errorf("source %s: want image:REF, oci-layout:PATH or gs://BUCKET/PREFIX", src)
 	}
 	if err != nil {
 		return "", err

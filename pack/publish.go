@@ -4,17 +4,22 @@ import (
 	"archive/tar"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/kiln-ml/kiln/internal/atomicfile"
 )
@@ -25,7 +30,15 @@ type Registry struct {
 	Options []remote.Option
 	// Insecure allows plain-http registries.
 	Insecure bool
+	// Backoff is how a push is retried after a failure that may pass (a
+	// dropped connection, a 5xx, an upload the registry lost); the zero
+	// value means DefaultBackoff.
+	Backoff remote.Backoff
 }
+
+// DefaultBackoff tries a push up to four times, 1 s, 2 s and 4 s apart
+// (go-containerregistry's own retries of each request come on top).
+var DefaultBackoff = remote.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: 4}
 
 // parseRef reads an image reference.
 func (r Registry) parseRef(ref string) (name.Reference, error) {
@@ -37,8 +50,12 @@ func (r Registry) parseRef(ref string) (name.Reference, error) {
 }
 
 // push writes img to ref and checks that the registry holds the manifest
-// under the digest kiln computed.
-func (r Registry) push(ctx context.Context, img v1.Image, ref string) (v1.Hash, error) {
+// under the digest kiln computed. go-containerregistry retries each
+// request; a blob upload the registry no longer accepts after a dropped
+// connection fails the write, so the whole write is retried here too:
+// blobs that arrived are found by the registry's HEAD check and skipped,
+// the others are uploaded again from their start.
+func (r Registry) push(ctx context.Context, log *slog.Logger, img v1.Image, ref string) (v1.Hash, error) {
 	want, err := img.Digest()
 	if err != nil {
 		return v1.Hash{}, err
@@ -47,8 +64,25 @@ func (r Registry) push(ctx context.Context, img v1.Image, ref string) (v1.Hash, 
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("image:%s: %w", ref, err)
 	}
+	b := r.Backoff
+	if b.Steps == 0 {
+		b = DefaultBackoff
+	}
 	opts := append([]remote.Option{remote.WithContext(ctx)}, r.Options...)
-	if err := remote.Write(nr, img, opts...); err != nil {
+	for try := 1; ; try++ {
+		err = remote.Write(nr, img, opts...)
+		if err == nil || try >= b.Steps || !retryable(ctx, err) {
+			break
+		}
+		wait := b.Step()
+		log.Warn("retrying the push", "destination", "image:"+ref, "try", try, "wait", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return v1.Hash{}, fmt.Errorf("pushing image:%s: %w (after %v)", ref, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+	if err != nil {
 		return v1.Hash{}, fmt.Errorf("pushing image:%s: %w", ref, err)
 	}
 	desc, err := remote.Head(nr, opts...)
@@ -59,6 +93,30 @@ func (r Registry) push(ctx context.Context, img v1.Image, ref string) (v1.Hash, 
 		return v1.Hash{}, fmt.Errorf("image:%s: the registry holds %s, kiln pushed %s", ref, desc.Digest, want)
 	}
 	return want, nil
+}
+
+// retryable reports whether a failed push may succeed when tried again:
+// the connection failed, the registry answered 408, 429 or 5xx, or it
+// lost or refused an upload a dropped connection left half written.
+// Credentials, names and local files are not retried.
+func retryable(ctx context.Context, err error) bool {
+	var te *transport.Error
+	var pe *fs.PathError
+	switch {
+	case ctx.Err() != nil, errors.As(err, &pe):
+		return false
+	case !errors.As(err, &te):
+		return true
+	case te.StatusCode >= 500, te.StatusCode == http.StatusRequestTimeout, te.StatusCode == http.StatusTooManyRequests:
+		return true
+	}
+	for _, d := range te.Errors {
+		switch d.Code {
+		case transport.BlobUploadInvalidErrorCode, transport.BlobUploadUnknownErrorCode, transport.DigestInvalidErrorCode, transport.SizeInvalidErrorCode:
+			return true
+		}
+	}
+	return false
 }
 
 // image reads an image from a registry.
