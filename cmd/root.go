@@ -78,6 +78,7 @@ are checked with Triton's own rules.`,
 
 	root.AddCommand(
 		newInspectCmd(g),
+		newImportCmd(g),
 		newCalibrateCmd(g),
 		newConvertCmd(g),
 		newPbtxtCmd(g),
