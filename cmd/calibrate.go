@@ -136,7 +136,11 @@ replaces DIR only when the run succeeds.`,
   kiln calibrate model.onnx --data images/ --exclude Conv_0,Gemm --format json -o calib/`,
 		Args: argsUsage(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
-			cfg, err := o.config(args[0])
+			model, err := importedSource(c.Context(), args[0]) // a SavedModel: its ONNX import
+			if err != nil {
+				return err
+			}
+			cfg, err := o.config(model)
 			if err != nil {
 				return err
 			}

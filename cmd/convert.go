@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -108,7 +109,7 @@ found)" and kiln exits 4 (partial) unless --skip-unavailable is given.`,
   kiln convert -f pipeline.yaml`,
 		Args: argsUsage(cobra.RangeArgs(0, 1)),
 		RunE: func(c *cobra.Command, args []string) error {
-			if err := o.config(args); err != nil {
+			if err := o.config(c.Context(), args); err != nil {
 				return err
 			}
 			if err := g.initORT(); err != nil { // every ONNX variant is checked in ONNX Runtime
@@ -133,7 +134,7 @@ found)" and kiln exits 4 (partial) unless --skip-unavailable is given.`,
 
 // config completes o.cfg from the arguments, the pipeline file and the
 // flags that need more than a field, and checks it.
-func (o *convertOptions) config(args []string) error {
+func (o *convertOptions) config(ctx context.Context, args []string) error {
 	if len(args) == 1 {
 		o.cfg.Source = args[0]
 	}
@@ -155,6 +156,10 @@ func (o *convertOptions) config(args []string) error {
 		return usageErr(errors.New("MODEL is required (or model: in the pipeline file)"))
 	case o.cfg.Repo == "":
 		return usageErr(errors.New("--repo is required (or repository: in the pipeline file)"))
+	}
+	var err error
+	if o.cfg.Source, err = importedSource(ctx, o.cfg.Source); err != nil { // a SavedModel: its ONNX import
+		return err
 	}
 	o.cfg.Variants = append(o.cfg.Variants, o.variants...)
 	if len(o.cfg.Variants) == 0 {

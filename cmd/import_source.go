@@ -1,0 +1,81 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/kiln-ml/kiln/internal/atomicfile"
+	"github.com/kiln-ml/kiln/manifest"
+	"github.com/kiln-ml/kiln/savedmodel"
+)
+
+// isSavedModelSource reports whether a stage's MODEL argument names a
+// SavedModel (a directory, or a gs:// prefix) rather than an ONNX file.
+func isSavedModelSource(source string) bool {
+	if strings.HasPrefix(source, "gs://") {
+		return !strings.HasSuffix(source, ".onnx")
+	}
+	st, err := os.Stat(source)
+	return err == nil && st.IsDir()
+}
+
+// importedSource returns the ONNX file convert and calibrate read for
+// source: source itself for an ONNX file; for a SavedModel (local or
+// gs://), its serving_default signature imported as kiln import does, into
+// the user cache directory (kiln/import/DIGEST/NAME.onnx, DIGEST that of
+// the ONNX bytes), so a rerun finds the same file and kiln.json the same
+// source digest. NAME is the SavedModel's directory name (its parent's for
+// a TF Serving version directory), which names the repository's models.
+func importedSource(ctx context.Context, source string) (string, error) {
+	if !isSavedModelSource(source) {
+		return source, nil
+	}
+	fsys, done, err := dataFS(ctx, source)
+	if err != nil {
+		return "", err
+	}
+	defer done()
+	m, err := savedmodel.Open(ctx, source, fsys)
+	if err != nil {
+		return "", err
+	}
+	conv, err := savedmodel.Convert(ctx, m, savedmodel.ConvertOptions{})
+	if err != nil {
+		return "", fmt.Errorf("importing %s: %w (kiln import converts it on its own, with --signature and --tag)", source, err)
+	}
+	data, err := conv.Model.Marshal()
+	if err != nil {
+		return "", fmt.Errorf("importing %s: %w", source, err)
+	}
+	ucd, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("importing %s: %w", source, err)
+	}
+	digest := strings.TrimPrefix(string(manifest.DigestBytes(data)), "sha256:")
+	out := filepath.Join(ucd, "kiln", "import", digest[:16], savedModelName(source)+".onnx")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return "", err
+	}
+	if err := atomicfile.WriteFile(out, data, 0o644); err != nil {
+		return "", fmt.Errorf("importing %s: %w", source, err)
+	}
+	return out, nil
+}
+
+// savedModelName is the last element of a SavedModel's path, or its
+// parent's when that element is a numeric version directory.
+func savedModelName(source string) string {
+	p := strings.TrimSuffix(filepath.ToSlash(source), "/")
+	base := path.Base(p)
+	if strings.Trim(base, "0123456789") == "" {
+		base = path.Base(path.Dir(p))
+	}
+	return manifest.SanitizeName(base)
+}
