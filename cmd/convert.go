@@ -158,7 +158,7 @@ func (o *convertOptions) config(ctx context.Context, args []string) error {
 		return usageErr(errors.New("--repo is required (or repository: in the pipeline file)"))
 	}
 	var err error
-	if o.cfg.Source, err = importedSource(ctx, o.cfg.Source); err != nil { // a SavedModel: its ONNX import
+	if o.cfg.Source, o.cfg.Imported, err = importedSource(ctx, o.cfg.Source); err != nil { // a SavedModel: its ONNX import
 		return err
 	}
 	o.cfg.Variants = append(o.cfg.Variants, o.variants...)

@@ -30,43 +30,62 @@ func isSavedModelSource(source string) bool {
 // the ONNX bytes), so a rerun finds the same file and kiln.json the same
 // source digest. NAME is the SavedModel's directory name (its parent's for
 // a TF Serving version directory), which names the repository's models.
-func importedSource(ctx context.Context, source string) (string, error) {
+func importedSource(ctx context.Context, source string) (string, *manifest.Import, error) {
 	if !isSavedModelSource(source) {
-		return source, nil
+		return source, nil, nil
 	}
 	fsys, done, err := dataFS(ctx, source)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer done()
 	m, err := savedmodel.Open(ctx, source, fsys)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	conv, err := savedmodel.Convert(ctx, m, savedmodel.ConvertOptions{})
 	if err != nil {
-		return "", fmt.Errorf("importing %s: %w (kiln import converts it on its own, with --signature and --tag)", source, err)
+		return "", nil, fmt.Errorf("importing %s: %w (kiln import converts it on its own, with --signature and --tag)", source, err)
 	}
+	rec := importRecord(source, m, conv)
 	data, err := conv.Model.Marshal()
 	if err != nil {
-		return "", fmt.Errorf("importing %s: %w", source, err)
+		return "", nil, fmt.Errorf("importing %s: %w", source, err)
 	}
 	ucd, err := os.UserCacheDir()
 	if err != nil {
-		return "", fmt.Errorf("importing %s: %w", source, err)
+		return "", nil, fmt.Errorf("importing %s: %w", source, err)
 	}
 	digest := strings.TrimPrefix(string(manifest.DigestBytes(data)), "sha256:")
 	out := filepath.Join(ucd, "kiln", "import", digest[:16], savedModelName(source)+".onnx")
 	if _, err := os.Stat(out); err == nil {
-		return out, nil
+		return out, rec, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if err := atomicfile.WriteFile(out, data, 0o644); err != nil {
-		return "", fmt.Errorf("importing %s: %w", source, err)
+		return "", nil, fmt.Errorf("importing %s: %w", source, err)
 	}
-	return out, nil
+	return out, rec, nil
+}
+
+// importRecord is what kiln.json keeps of an import: where from, which
+// signature, and its names.
+func importRecord(source string, m *savedmodel.Model, conv *savedmodel.Conversion) *manifest.Import {
+	rec := &manifest.Import{From: source, Format: "savedmodel", Tags: conv.Tags, Signature: conv.Signature}
+	if m.Version >= 0 {
+		rec.Version = m.Version
+	}
+	names := func(ms []savedmodel.NameMapping) []manifest.Name {
+		var out []manifest.Name
+		for _, n := range ms {
+			out = append(out, manifest.Name{Key: n.Key, Tensor: n.Tensor, ONNX: n.ONNX})
+		}
+		return out
+	}
+	rec.Inputs, rec.Outputs = names(conv.Inputs), names(conv.Outputs)
+	return rec
 }
 
 // savedModelName is the last element of a SavedModel's path, or its

@@ -32,6 +32,13 @@ func TestConvertSavedModel(t *testing.T) {
 	if len(man.Sources) != 1 || man.Model("saved_model_half_plus_two_tf2_cpu_onnx_fp32") == nil {
 		t.Fatalf("kiln.json sources %+v, models %d; want one source and the fp32 variant named for the SavedModel", man.Sources, len(man.Models))
 	}
+	// kiln.json says where the ONNX came from and how the signature's
+	// names map to its graph.
+	imp := man.Sources[0].Imported
+	if imp == nil || imp.From != src || imp.Version != 123 || imp.Signature != "serving_default" ||
+		len(imp.Inputs) != 1 || imp.Inputs[0].Key != "x" || imp.Inputs[0].ONNX == "" || len(imp.Outputs) != 1 {
+		t.Errorf("kiln.json import record = %+v, want version 123's serving_default, x -> its ONNX input", imp)
+	}
 	if out, errOut, code := run(t, "serve", repo, "--perf=false"); code != 0 {
 		t.Errorf("serve = exit %d\n%s\n%s", code, out, errOut)
 	}

@@ -19,6 +19,9 @@ import (
 type Config struct {
 	// Source is the fp32 ONNX model.
 	Source string
+	// Imported, when kiln imported Source from another format (a
+	// SavedModel), is recorded with the source in kiln.json.
+	Imported *manifest.Import
 	// Repo is the Triton model repository to write.
 	Repo string
 	// Name is the base model name (default: the source file's stem, sanitized).

@@ -228,6 +228,7 @@ func newBuilder(ctx context.Context, cfg Config, c collaborators) (*builder, err
 	if err != nil {
 		return nil, err
 	}
+	src.Imported = cfg.Imported
 	man.PutSource(src)
 	b.man, b.src = man, src.Digest
 	if err := b.checkVariants(ctx); err != nil {

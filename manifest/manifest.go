@@ -136,6 +136,30 @@ type Source struct {
 	// Normalized lists what kiln's normalizer changed before any variant
 	// was made ("turned 38 Constant nodes into initializers").
 	Normalized []string `json:"normalized,omitempty"`
+	// Imported says where an ONNX source came from when kiln imported it
+	// (a SavedModel): Path above is then the imported ONNX file.
+	Imported *Import `json:"imported,omitempty"`
+}
+
+// Import records a source kiln converted to ONNX itself (kiln import, or
+// convert and calibrate given a SavedModel): what it was, which signature,
+// and how the signature's names map to the ONNX graph's, which are the
+// names Triton's config.pbtxt and clients use.
+type Import struct {
+	From      string `json:"from"`   // the SavedModel directory or gs:// prefix
+	Format    string `json:"format"` // "savedmodel"
+	Version   int64  `json:"version,omitempty"`
+	Tags      string `json:"tags"`
+	Signature string `json:"signature"`
+	Inputs    []Name `json:"inputs,omitempty"`
+	Outputs   []Name `json:"outputs,omitempty"`
+}
+
+// Name maps one signature argument to its ONNX tensor.
+type Name struct {
+	Key    string `json:"key"`    // the signature's argument ("input_1")
+	Tensor string `json:"tensor"` // the graph tensor TensorFlow binds it to ("serving_default_input_1:0")
+	ONNX   string `json:"onnx"`   // the ONNX graph input or output
 }
 
 // File is one file of an artifact, relative to the model directory.
