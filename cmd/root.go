@@ -84,6 +84,7 @@ are checked with Triton's own rules.`,
 		newPbtxtCmd(g),
 		newServeCmd(g),
 		newPackCmd(g),
+		newDeployCmd(), newPlanCmd(),
 		newVersionCmd(),
 	)
 	// Cobra adds its completion command when it executes; adding it here

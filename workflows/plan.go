@@ -1,0 +1,189 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/kiln-ml/kiln/manifest"
+)
+
+// Plan is a variant matrix to build across GPU types (DESIGN.md, "Growing
+// past one machine"): every variant is built on every GPU type, one task
+// per pair, each running `kiln convert --variant ID` on a GPU of that type
+// and publishing the one-model repository it made to a shared gs:// build
+// cache keyed by (source digest, variant, TensorRT version, compute
+// capability); then, per GPU type, a final task reads the cached parts back,
+// checks them with kiln serve on that GPU and packs them.
+type Plan struct {
+	// Name starts every job's name.
+	Name string
+	// Source is the model as the jobs reach it (a gs:// path, or a path in
+	// the kiln image) and SourceDigest its digest, which keys the cache.
+	Source       string
+	SourceDigest manifest.Digest
+	// Variants are built on every GPU type; a TensorRT variant is built for
+	// the GPU's compute capability (its ID gets _sm<cc>).
+	Variants []manifest.Variant
+	GPUs     []GPU
+	// Cache is the build cache, gs://BUCKET/PREFIX.
+	Cache string
+	// Image is the kiln image the jobs run (it needs /bin/sh and trtexec).
+	Image string
+	// TRT is the TensorRT release of the image's trtexec ("10.3.0");
+	// needed when a variant is a TensorRT one.
+	TRT string
+	// To is where the final tasks publish each checked part: gs://BUCKET/PREFIX
+	// (parts go to PREFIX/<gpu>/<variant>) or image:REPO:TAG (tags
+	// TAG-<gpu>-<variant>). Empty: the final tasks check and do not publish.
+	To string
+	// Project and Region place the Cloud Run jobs.
+	Project, Region string
+	// CPU and Memory size each task (0: the GPU's recommended size).
+	CPU    int
+	Memory int64
+	// Parallelism is how many build tasks of a GPU type run at once (0: all).
+	Parallelism int
+}
+
+// Task is one index of a GPU type's build job: a variant built on that GPU.
+type Task struct {
+	Index   int    `json:"index"`
+	GPU     string `json:"gpu_type"`
+	Variant string `json:"variant"`
+	// Key is the task's place in the build cache, below Plan.Cache.
+	Key string `json:"cache_key"`
+}
+
+// The environment variable each platform tells a task its index in.
+const (
+	indexK8s      = "JOB_COMPLETION_INDEX" // Kubernetes Indexed Jobs
+	indexCloudRun = "CLOUD_RUN_TASK_INDEX" // Cloud Run jobs
+)
+
+var (
+	safeGCS   = regexp.MustCompile(`^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/[A-Za-z0-9._/-]*)?$`)
+	safeImage = regexp.MustCompile(`^[A-Za-z0-9._/:@-]+$`)
+)
+
+// Validate checks the plan; every string a script holds is checked to be
+// free of shell syntax.
+func (p Plan) Validate() error {
+	if !dnsLabel.MatchString(p.Name) || len(p.Name) > 40 {
+		return fmt.Errorf("plan name %q: want lower-case letters, digits and '-', starting with a letter, at most 40 characters", p.Name)
+	}
+	if len(p.Variants) == 0 || len(p.GPUs) == 0 {
+		return errors.New("plan: give at least one variant and one GPU type")
+	}
+	if err := p.SourceDigest.Validate(); err != nil {
+		return fmt.Errorf("source %s: %w", p.Source, err)
+	}
+	if p.Source == "" || !safeImage.MatchString(p.Source) {
+		return fmt.Errorf("source %q: want a gs:// path or a path in the image, without spaces or quotes", p.Source)
+	}
+	if !safeGCS.MatchString(p.Cache) {
+		return fmt.Errorf("cache %q: want gs://BUCKET/PREFIX", p.Cache)
+	}
+	if p.Image == "" || !safeImage.MatchString(p.Image) {
+		return fmt.Errorf("kiln image %q: want an image reference", p.Image)
+	}
+	if p.To != "" {
+		if _, err := p.destination(gpus[0], manifest.Variant{}); err != nil {
+			return err
+		}
+	}
+	for _, v := range p.Variants {
+		if err := v.Validate(); err != nil {
+			return err
+		}
+		if v.Runtime == manifest.RuntimeTRT && p.TRT == "" {
+			return fmt.Errorf("variant %s: a TensorRT variant needs the TensorRT version of the kiln image (it keys the cache)", v.ID())
+		}
+	}
+	if p.TRT != "" {
+		if _, err := manifest.ParseTRTSpec(p.TRT); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forGPU is v as built on g: a TensorRT engine is tied to g's compute capability.
+func forGPU(v manifest.Variant, g GPU) manifest.Variant {
+	if v.Runtime == manifest.RuntimeTRT {
+		v.Target = g.ComputeCapability
+	}
+	return v
+}
+
+// Tasks lists the build tasks of one GPU type, by index.
+func (p Plan) Tasks(g GPU) []Task {
+	trt := "trt-" + p.TRT
+	if p.TRT == "" {
+		trt = "trt-none"
+	}
+	cc := "sm" + strings.ReplaceAll(g.ComputeCapability, ".", "")
+	out := make([]Task, len(p.Variants))
+	for i, v := range p.Variants {
+		id := forGPU(v, g).ID()
+		out[i] = Task{Index: i, GPU: g.Type, Variant: id, Key: strings.Join([]string{p.SourceDigest.Hex(), id, trt, cc}, "/")}
+	}
+	return out
+}
+
+// destination is where the final task of g publishes v.
+func (p Plan) destination(g GPU, v manifest.Variant) (string, error) {
+	id := forGPU(v, g).ID()
+	switch {
+	case strings.HasPrefix(p.To, "gs://") && safeGCS.MatchString(p.To):
+		return strings.TrimSuffix(p.To, "/") + "/" + g.Short + "/" + id, nil
+	case strings.HasPrefix(p.To, "image:") && safeImage.MatchString(p.To):
+		ref := strings.TrimPrefix(p.To, "image:")
+		if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") && !strings.Contains(ref, "@") {
+			return p.To + "-" + g.Short + "-" + id, nil
+		}
+	}
+	return "", fmt.Errorf("--to %q: want gs://BUCKET/PREFIX or image:REPO:TAG (each part gets its own prefix or tag)", p.To)
+}
+
+// buildScript is what a build task runs: it picks its variant by the index
+// in indexVar, reuses a cached build, or converts and publishes one.
+func (p Plan) buildScript(g GPU, indexVar string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "set -eu\ncase \"${%s}\" in\n", indexVar)
+	for _, t := range p.Tasks(g) {
+		fmt.Fprintf(&b, "%d) variant=%s key=%s ;;\n", t.Index, t.Variant, t.Key)
+	}
+	fmt.Fprintf(&b, "*) echo \"kiln plan: no variant for index ${%s}\" >&2; exit 2 ;;\nesac\n", indexVar)
+	b.WriteString("if kiln pack --from \"$KILN_CACHE/$key\" --to dir:/work/cached >/dev/null 2>&1; then\n")
+	b.WriteString("  echo \"using existing $variant from $KILN_CACHE/$key\"; exit 0\nfi\n")
+	b.WriteString("kiln convert \"$KILN_SOURCE\" --repo /work/repo --variant \"$variant\"")
+	if p.TRT != "" {
+		b.WriteString(" --trt-version " + p.TRT)
+	}
+	b.WriteString(" --progress plain\n")
+	// The part is a build product, not yet checked on the GPU: the final
+	// task serves it before publishing.
+	b.WriteString("kiln pack /work/repo --to \"$KILN_CACHE/$key\" --allow-unchecked --progress plain\n")
+	return b.String()
+}
+
+// finalScript is what the final task of g runs: read every cached part
+// back, check it with kiln serve on this GPU ($KILN_SERVE_FLAGS: data and
+// thresholds) and publish it to its destination.
+func (p Plan) finalScript(g GPU) string {
+	var b strings.Builder
+	b.WriteString("set -eu\n")
+	for _, t := range p.Tasks(g) {
+		fmt.Fprintf(&b, "kiln pack --from \"$KILN_CACHE/%s\" --to dir:/work/parts/%s\n", t.Key, t.Variant)
+	}
+	for i, t := range p.Tasks(g) {
+		fmt.Fprintf(&b, "kiln serve /work/parts/%s ${KILN_SERVE_FLAGS:-}\n", t.Variant)
+		if p.To != "" {
+			dest, _ := p.destination(g, p.Variants[i]) // checked by Validate
+			fmt.Fprintf(&b, "kiln pack /work/parts/%s --to %s --progress plain\n", t.Variant, dest)
+		}
+	}
+	return b.String()
+}
