@@ -196,10 +196,18 @@ func readRange(ctx context.Context, fsys dataset.FS, name string, offset, size i
 		return nil, err
 	}
 	defer rc.Close()
-	// Reading through a limit, rather than into a buffer of the stored size,
-	// keeps a wrong size in a corrupt index from allocating it.
-	data, err := io.ReadAll(io.LimitReader(rc, size))
-	if err != nil {
+	// Up to 256 MiB is read into a buffer of the stored size, in one copy;
+	// beyond, reading through a limit keeps a wrong size in a corrupt index
+	// from allocating it.
+	var data []byte
+	if size <= 1<<28 {
+		data = make([]byte, size)
+		n, err := io.ReadFull(rc, data)
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		data = data[:n]
+	} else if data, err = io.ReadAll(io.LimitReader(rc, size)); err != nil {
 		return nil, err
 	}
 	if int64(len(data)) != size {

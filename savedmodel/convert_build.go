@@ -91,6 +91,10 @@ func buildGraph(fg *flatGraph, sd *smpb.SignatureDef, vars map[string]*onnx.Tens
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fg.file, err)
 		}
+		if dt == onnx.String {
+			return nil, fmt.Errorf("%s: signature %q input %s (%s) is DT_STRING: string inputs, such as serialized tf.Example "+
+				"batches, are not supported; export a signature taking the numeric feature tensors", fg.file, c.Signature, key, ti.GetName())
+		}
 		ref := canon(ti.GetName())
 		stop[ref] = true
 		names[ref] = nm.ONNX
