@@ -54,14 +54,9 @@ test: ort models servers ## run every test (fetches what it needs first)
 	$(GO) test -count=1 ./...
 	GOEXPERIMENT= $(GO) test -count=1 -run 'AddKernels|AddRelu|Collect' ./calibrate/  # the scalar kernels too
 
-demo: ort build ## the main job on the model kiln ships: inspect, calibrate, convert, lint, serve (output in .cache/demo)
-	$(KILN) inspect --run testdata/tinynet.onnx
+demo: ort build ## kiln run on the example pipeline (testdata/pipeline.yaml): calibrate, convert, serve, publish to a directory and an OCI layout (output in .cache/demo)
 	$(GO) run ./internal/testmodels/gen -images .cache/demo/images -n 64
-	$(KILN) calibrate testdata/tinynet.onnx --data .cache/demo/images --preprocess scale=0.00392157 -o .cache/demo/calib --progress plain
-	$(KILN) convert testdata/tinynet.onnx --repo .cache/demo/repo --precision fp32,fp16,int8 --runtime onnx,trt --max-batch 8 \
-	    --calib-dir .cache/demo/calib --labels testdata/tinynet_labels.txt --skip-unavailable --progress plain
-	$(KILN) pbtxt lint .cache/demo/repo
-	$(KILN) serve .cache/demo/repo --calib-dir .cache/demo/calib --window 200ms --skip-unavailable -o .cache/demo/report
+	$(KILN) run -f testdata/pipeline.yaml --progress plain
 	@echo "report: .cache/demo/report/report.html"
 
 bench: ort ## run the benchmarks recorded in BENCHMARKS.md

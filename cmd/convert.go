@@ -144,12 +144,12 @@ func (o *convertOptions) config(ctx context.Context, args []string) error {
 			return usageErr(err)
 		}
 		if o.cfg.Source == "" {
-			o.cfg.Source = p.Model
+			o.cfg.Source = p.Source
 		}
 		if o.cfg.Repo == "" {
 			o.cfg.Repo = p.Repository
 		}
-		o.cfg.Variants = append(o.cfg.Variants, p.Variants...)
+		o.cfg.Variants = append(o.cfg.Variants, p.variants()...)
 	}
 	switch {
 	case o.cfg.Source == "":

@@ -52,7 +52,7 @@ func FuzzPipeline(f *testing.F) {
 			}
 			return
 		}
-		for _, v := range p.Variants {
+		for _, v := range p.variants() {
 			if err := v.Validate(); err != nil {
 				t.Fatalf("readPipeline accepted variant %+v: %v", v, err)
 			}

@@ -49,8 +49,8 @@ func TestHelpGolden(t *testing.T) {
 // concept with one type, positive boolean names, no synonyms.
 func TestFlagVocabulary(t *testing.T) {
 	// The commands that print a result and the ones that may run long.
-	wantFormat := []string{"kiln calibrate", "kiln convert", "kiln deploy", "kiln import", "kiln inspect", "kiln pack", "kiln pbtxt lint", "kiln plan", "kiln serve", "kiln version"}
-	wantProgress := []string{"kiln calibrate", "kiln convert", "kiln inspect", "kiln pack", "kiln pbtxt lint"}
+	wantFormat := []string{"kiln calibrate", "kiln convert", "kiln deploy", "kiln import", "kiln inspect", "kiln pack", "kiln pbtxt lint", "kiln plan", "kiln run", "kiln serve", "kiln version"}
+	wantProgress := []string{"kiln calibrate", "kiln convert", "kiln inspect", "kiln pack", "kiln pbtxt lint", "kiln run"}
 	types := map[string]string{
 		"format": "text|json", "progress": "auto|bar|plain|json|none", "device": "cpu|cuda|tensorrt",
 		"trt-version": "version", "compute-capability": "cc", "gpus": "ids", "server-gpus": "ids", "gpu-count": "int",

@@ -84,6 +84,8 @@ are checked with Triton's own rules.`,
 		newPbtxtCmd(g),
 		newServeCmd(g),
 		newPackCmd(g),
+		newRunCmd(g),
+		newInitCmd(g),
 		newDeployCmd(), newPlanCmd(),
 		newVersionCmd(),
 	)

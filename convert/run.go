@@ -432,7 +432,7 @@ func sourceRecord(path, name string, last *manifest.Source, force bool) (*manife
 	}
 	rec := &manifest.Source{Name: name, Path: filepath.Base(path), Format: "onnx", Size: st.Size(), ModTime: st.ModTime().UTC()}
 	if !force && last != nil && last.Path == rec.Path && last.Size == rec.Size && last.ModTime.Equal(rec.ModTime) && last.Digest.Validate() == nil {
-		rec.Digest = last.Digest
+		rec.Digest, rec.Precision = last.Digest, last.Precision // the same file computes in the same precision
 		return rec, nil
 	}
 	if rec.Digest, rec.Size, err = manifest.DigestFile(path); err != nil {
