@@ -51,7 +51,7 @@ func upgTable() map[upgKey]upgAdapter {
 		{"Upsample", 7}:                  upgRefuse("Upsample before opset 7 was experimental (width_scale/height_scale)"),
 		{"BatchNormalization", 9}:        upgBatchNorm9,
 		{"Upsample", 9}:                  upgUpsample9,
-		{"Scan", 9}:                      upgRefuse("Scan-8 has a batch axis and a sequence_lens input that Scan-9 dropped"),
+		{"Scan", 9}:                      upgScan9,
 		{"MeanVarianceNormalization", 9}: upgRefuse("the experimental MeanVarianceNormalization (across_channels, normalize_variance) differs from MeanVarianceNormalization-9 (axes)"),
 		{"Slice", 10}:                    upgSlice10,
 		{"TopK", 10}:                     upgTopK10,

@@ -116,6 +116,7 @@ func upgSuite(t *testing.T, root string, to int64) {
 		var ne *upgNodeError
 		if errors.As(err, &ne) {
 			refused[ne.Op] = append(refused[ne.Op], name)
+			t.Logf("%s refused: %v", name, err)
 			continue
 		}
 		if err != nil {
