@@ -133,14 +133,7 @@ func BenchmarkCalibrate(b *testing.B) {
 				heap, rss           uint64
 			}
 			var by [2]acc
-			timed := func(d *time.Duration, f func() error) {
-				debug.FreeOSMemory()
-				t0 := time.Now()
-				if err := f(); err != nil {
-					b.Fatal(err)
-				}
-				*d += time.Since(t0)
-			}
+			timed := func(d *time.Duration, f func() error) { timedRun(b, d, f) }
 			for b.Loop() {
 				for i, n := range []int{bm.n1, bm.n2} {
 					a := &by[i]
@@ -216,14 +209,7 @@ func BenchmarkCalibrateScope(b *testing.B) {
 			for i := range calib {
 				calib[i] = make([]time.Duration, len(scopes))
 			}
-			timed := func(d *time.Duration, f func() error) {
-				debug.FreeOSMemory()
-				t0 := time.Now()
-				if err := f(); err != nil {
-					b.Fatal(err)
-				}
-				*d += time.Since(t0)
-			}
+			timed := func(d *time.Duration, f func() error) { timedRun(b, d, f) }
 			for b.Loop() {
 				for i, n := range ns {
 					batches := all[:n/batch]
@@ -370,4 +356,16 @@ func BenchmarkAddRelu(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(v)), "ns/value")
+}
+
+// timedRun adds f's duration to d, after returning freed memory to the OS
+// so that one side's garbage does not slow the other's run.
+func timedRun(b *testing.B, d *time.Duration, f func() error) {
+	b.Helper()
+	debug.FreeOSMemory()
+	t0 := time.Now()
+	if err := f(); err != nil {
+		b.Fatal(err)
+	}
+	*d += time.Since(t0)
 }
