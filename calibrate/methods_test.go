@@ -349,3 +349,74 @@ func BenchmarkMSE(b *testing.B) {
 		}
 	}
 }
+
+// A document page after ImageNet normalisation: 8-bit pixels give a few
+// hundred discrete values with empty bins between them, and most pixels are
+// white, whose three channels are the top of the range (2.25, 2.43, 2.64).
+// TensorRT's KL then picks the cut just above the red channel's white, which
+// clips the green and blue ones: two thirds of the tensor. The clip limit
+// keeps them in range.
+func TestEntropyClipLimit(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	mean, std := [3]float64{0.485, 0.456, 0.406}, [3]float64{0.229, 0.224, 0.225}
+	page := make([]float32, 3<<15)
+	for i := range page {
+		level := 255 // paper
+		switch k := r.IntN(100); {
+		case k < 10:
+			level = 0 // ink
+		case k < 30:
+			level = r.IntN(256) // antialiased edges
+		}
+		c := i % 3
+		page[i] = float32((float64(level)/255 - mean[c]) / std[c])
+	}
+	h := histOf(t, page)
+	clipOf := func(r Range) float64 {
+		var n int
+		for _, v := range page {
+			if float64(v) > r.Amax {
+				n++
+			}
+		}
+		return 100 * float64(n) / float64(len(page))
+	}
+	trt := compute(t, Entropy, h, MethodOptions{EntropyMaxClip: -1})
+	if c := clipOf(trt); c < 25 {
+		t.Fatalf("unbounded entropy clips %.2f%%; this histogram no longer shows the degenerate cut the limit is for", c)
+	}
+	for _, limit := range []float64{0, 5, 0.1} {
+		got := compute(t, Entropy, h, MethodOptions{EntropyMaxClip: limit})
+		want := limit
+		if limit == 0 {
+			want = DefaultEntropyMaxClip
+		}
+		if c := clipOf(got); c > want {
+			t.Errorf("entropy with limit %v%%: amax %v clips %.3f%% of values", limit, got.Amax, c)
+		}
+		if !strings.Contains(got.Detail, "above the") {
+			t.Errorf("entropy with limit %v%%: detail %q does not say the lowest KL was refused", limit, got.Detail)
+		}
+	}
+	// A tensor whose cut clips little is left as TensorRT cuts it.
+	g := histOf(t, gaussian(1<<16, 1, 1))
+	if a, b := compute(t, Entropy, g, MethodOptions{}), compute(t, Entropy, g, MethodOptions{EntropyMaxClip: -1}); a != b {
+		t.Errorf("gaussian: entropy with the default limit = %+v, without = %+v; want the same", a, b)
+	}
+}
+
+func TestFirstWithin(t *testing.T) {
+	h := histOf(t, laplace(1<<14, 1, 3))
+	for _, limit := range []float64{0.001, 0.5, 1, 30, 100} {
+		first := firstWithin(h, limit)
+		if c := clipped(h, first); c > limit {
+			t.Errorf("firstWithin(%v) = %d clips %.4f%%", limit, first, c)
+		}
+		if first > 0 && clipped(h, first-1) <= limit {
+			t.Errorf("firstWithin(%v) = %d, but bin %d clips only %.4f%%", limit, first, first-1, clipped(h, first-1))
+		}
+	}
+	if got := firstWithin(h, -1); got != 0 {
+		t.Errorf("firstWithin(-1) = %d, want 0", got)
+	}
+}

@@ -34,6 +34,7 @@ func (o *calibrateOptions) addFlags(f *pflag.FlagSet) {
 	fixFlag(f, &o.fix)
 	f.StringVar(&o.cfg.Data.ImageKey, "image-key", "", "tf.Example feature holding the encoded image in TFRecords (default image/encoded)")
 	f.Float64Var(&o.cfg.MethodOptions.Percentile, "percentile", 0, "with --method percentile: p in (0,100] (default 99.999)")
+	f.Float64Var(&o.cfg.MethodOptions.EntropyMaxClip, "entropy-max-clip", 0, "with --method entropy: most of a tensor's values, in percent, a cut may clip (0: 1; -1: no limit, TensorRT's EntropyCalibrator2 as is)")
 	f.Int64Var(&o.cfg.Seed, "seed", 0, "seed for drawing samples")
 	f.Float64Var(&o.cfg.CalibShare, "calib-fraction", 0.5, "share of the drawn samples used for calibration: a fraction below 1 or a count; the rest validate")
 	f.IntVar(&o.cfg.Validation, "validation", 0, "at most this many validation samples (0: all the others; -1: no validation, every drawn sample calibrates, no accuracy report)")
