@@ -16,7 +16,8 @@ import (
 type emitter struct {
 	g      *onnxpb.GraphProto
 	file   string
-	consts map[string]*onnx.Tensor // value name → constant value
+	consts map[string]*onnx.Tensor  // value name → constant value
+	seqs   map[string]onnx.DataType // sequence value (a TensorList) → element type
 	n      int
 }
 
@@ -204,7 +205,7 @@ func emitNodes(e *emitter, fg *flatGraph, order []*tfNode, stop map[string]bool,
 			}
 			continue
 		}
-		c := &opCtx{e: e, n: n}
+		c := &opCtx{e: e, fg: fg, n: n}
 		for _, in := range n.inputs {
 			c.in = append(c.in, valueName(names, in))
 		}

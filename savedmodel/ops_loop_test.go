@@ -1,0 +1,202 @@
+package savedmodel_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/savedmodel"
+	"github.com/kiln-ml/kiln/savedmodel/smpb"
+	"github.com/kiln-ml/kiln/savedmodel/smtest"
+)
+
+const (
+	dtF   = smpb.DataType_DT_FLOAT
+	dtI32 = smpb.DataType_DT_INT32
+	dtVar = smpb.DataType_DT_VARIANT
+	dtRes = smpb.DataType_DT_RESOURCE
+)
+
+var (
+	attrF   = smtest.Attrs{"T": smtest.Type(dtF)}
+	attrI32 = smtest.Attrs{"T": smtest.Type(dtI32)}
+	listF   = smtest.Attrs{"element_dtype": smtest.Type(dtF), "shape_type": smtest.Type(dtI32)}
+)
+
+func constInts(f *smtest.Function, name string, v ...int32) string {
+	p := &smpb.TensorProto{Dtype: dtI32, TensorShape: smtest.ShapeProto([]int64{int64(len(v))}), IntVal: v}
+	if len(v) == 1 {
+		p.TensorShape = smtest.ShapeProto(nil)
+	}
+	return smtest.Out(f.Node(name, "Const", smtest.Attrs{"dtype": smtest.Type(dtI32), "value": {Value: &smpb.AttrValue_Tensor{Tensor: p}}}), "output", 0)
+}
+
+func randomRNN(gru bool, in, units int) rnnWeights {
+	g := 4
+	if gru {
+		g = 3
+	}
+	nb := g * units
+	if gru {
+		nb *= 2
+	}
+	return rnnWeights{in: in, units: units, gru: gru,
+		kernel: random(0.37, in, g*units).v, rec: random(0.71, units, g*units).v, bias: random(1.13, nb).v}
+}
+
+func f32v(v []float64) []float32 { return f32s(nd{v: v}) }
+
+// kerasWhile writes what keras.layers.LSTM/GRU (standard implementation)
+// saves: the input unstacked into a TensorList, a reserved output list, and
+// a While whose loop variables are while_v2's (loop counter, trip limit),
+// Keras's (time, output list, states) and the captures (input list,
+// weights as resources), with Keras's cell math in the body function.
+// It returns the [batch, time, units] outputs and the last h.
+func kerasWhile(g *smtest.Graph, w rnnWeights, steps int) (string, string) {
+	u, name := int32(w.units), "lstm"
+	if w.gru {
+		name = "gru"
+	}
+	xt := g.Node("transpose", "Transpose", attrF, "x", g.Ints("perm", 1, 0, 2))
+	inTA := g.Node("in_ta", "TensorListFromTensor", listF, xt, g.Ints("in_shape", -1, int32(w.in)))
+	outTA := g.Node("out_ta", "TensorListReserve", listF, g.Ints("out_shape", -1, u), g.Int("steps", int32(steps)))
+	shape := g.Node("shape", "Shape", attrF, "x")
+	batch := g.Node("batch", "StridedSlice", smtest.Attrs{"shrink_axis_mask": smtest.Int64(1), "Index": smtest.Type(dtI32)},
+		shape, g.Ints("b0", 0), g.Ints("b1", 1), g.Ints("b2", 1))
+	zeros := g.Node("zeros", "Fill", nil, g.Node("zshape", "Pack", smtest.Attrs{"N": smtest.Int64(2), "axis": smtest.Int64(0)}, batch, g.Int("units", u)),
+		g.Floats("zero", nil, 0))
+	gates := 4
+	if w.gru {
+		gates = 3
+	}
+	g.ResourceVariable(name+"/kernel", []int64{int64(w.in), int64(gates) * int64(u)}, f32v(w.kernel))
+	g.ResourceVariable(name+"/recurrent_kernel", []int64{int64(u), int64(gates) * int64(u)}, f32v(w.rec))
+	ins := []string{g.Int("counter0", 0), g.Int("maxit", int32(steps)), g.Int("time0", 0), outTA, zeros}
+	types := []smpb.DataType{dtI32, dtI32, dtI32, dtVar, dtF}
+	params := []string{"loop_counter", "max_iterations", "time", "out_ta", "h"}
+	if !w.gru {
+		ins, types, params = append(ins, zeros), append(types, dtF), append(params, "c")
+	}
+	ins = append(ins, inTA, name+"/kernel", name+"/recurrent_kernel")
+	types = append(types, dtVar, dtRes, dtRes)
+	params = append(params, "in_ta", "kernel", "recurrent_kernel")
+	if w.gru {
+		b := g.ResourceVariable(name+"/bias", []int64{2, 3 * int64(u)}, f32v(w.bias))
+		g.Node("unstack", "Unpack", smtest.Attrs{"num": smtest.Int64(2), "axis": smtest.Int64(0)}, b)
+		ins, types, params = append(ins, "unstack", "unstack:1"), append(types, dtF, dtF), append(params, "input_bias", "recurrent_bias")
+	} else {
+		ins, types, params = append(ins, name+"/bias"), append(types, dtRes), append(params, "bias")
+		g.ResourceVariable(name+"/bias", []int64{4 * int64(u)}, f32v(w.bias))
+	}
+	var sig []smtest.Param
+	for i, p := range params {
+		sig = append(sig, smtest.Param{Name: p, DType: types[i]})
+	}
+	whileCond(g, sig, steps)
+	whileBody(g, sig, w)
+	g.Node("while", "While", smtest.Attrs{"T": smtest.Types(types...), "cond": smtest.Func("while_cond"), "body": smtest.Func("while_body"),
+		"parallel_iterations": smtest.Int64(32)}, ins...)
+	stack := g.Node("stack", "TensorListStack", smtest.Attrs{"element_dtype": smtest.Type(dtF), "num_elements": smtest.Int64(int64(steps))},
+		"while:3", g.Ints("stack_shape", -1, u))
+	return g.Node("y", "Transpose", attrF, stack, g.Ints("perm_back", 1, 0, 2)), "while:4"
+}
+
+// whileCond is while_v2's cond: loop_counter < max_iterations and Keras's
+// time < steps.
+func whileCond(g *smtest.Graph, sig []smtest.Param, steps int) {
+	f := g.Function("while_cond", sig, []smtest.Param{{Name: "identity", DType: smpb.DataType_DT_BOOL}})
+	a := f.Node("less", "Less", attrI32, "loop_counter", "max_iterations")
+	b := f.Node("less_1", "Less", attrI32, "time", constInts(f, "steps", int32(steps)))
+	and := f.Node("and", "LogicalAnd", nil, smtest.Out(a, "z", 0), smtest.Out(b, "z", 0))
+	f.Return("identity", smtest.Out(f.Node("Identity", "Identity", smtest.Attrs{"T": smtest.Type(smpb.DataType_DT_BOOL)}, smtest.Out(and, "z", 0)), "output", 0))
+}
+
+// whileBody is Keras's step: standard_lstm's or standard_gru's (reset_after).
+func whileBody(g *smtest.Graph, sig []smtest.Param, w rnnWeights) {
+	f := g.Function("while_body", sig, sig)
+	o := func(n string) string { return smtest.Out(n, "output", 0) }
+	node := func(name, op string, in ...string) string { return o(f.Node(name, op, attrF, in...)) }
+	x := o(f.Node("x_t", "TensorListGetItem", smtest.Attrs{"element_dtype": smtest.Type(dtF)}, "in_ta", "time", constInts(f, "es", -1, int32(w.in))))
+	read := func(v string) string {
+		return o(f.Node(v+"/read", "ReadVariableOp", smtest.Attrs{"dtype": smtest.Type(dtF)}, v))
+	}
+	k, r := read("kernel"), read("recurrent_kernel")
+	axis := constInts(f, "axis", 1)
+	split := func(name, v string, n int) []string {
+		f.Node(name, "Split", smtest.Attrs{"num_split": smtest.Int64(int64(n)), "T": smtest.Type(dtF)}, axis, v)
+		var out []string
+		for i := range n {
+			out = append(out, smtest.Out(name, "output", i))
+		}
+		return out
+	}
+	var h, c string
+	if w.gru {
+		xs := split("split", node("bias_x", "BiasAdd", node("mx", "MatMul", x, k), "input_bias"), 3)
+		hs := split("split_1", node("bias_h", "BiasAdd", node("mh", "MatMul", "h", r), "recurrent_bias"), 3)
+		z := node("z", "Sigmoid", node("add_z", "AddV2", xs[0], hs[0]))
+		rr := node("r", "Sigmoid", node("add_r", "AddV2", xs[1], hs[1]))
+		hh := node("hh", "Tanh", node("add_h", "AddV2", xs[2], node("mul_r", "Mul", rr, hs[2])))
+		one := o(f.Node("one_f", "Const", smtest.Attrs{"dtype": smtest.Type(dtF), "value": {Value: &smpb.AttrValue_Tensor{
+			Tensor: &smpb.TensorProto{Dtype: dtF, TensorShape: smtest.ShapeProto(nil), FloatVal: []float32{1}}}}}))
+		h = node("h_new", "AddV2", node("mul_z", "Mul", z, "h"), node("mul_zh", "Mul", node("sub", "Sub", one, z), hh))
+	} else {
+		b := read("bias")
+		zz := node("z", "BiasAdd", node("add", "AddV2", node("mx", "MatMul", x, k), node("mh", "MatMul", "h", r)), b)
+		s := split("split", zz, 4)
+		i, fg, cc, og := node("i", "Sigmoid", s[0]), node("f", "Sigmoid", s[1]), node("g", "Tanh", s[2]), node("o", "Sigmoid", s[3])
+		c = node("c_new", "AddV2", node("fc", "Mul", fg, "c"), node("ig", "Mul", i, cc))
+		h = node("h_new", "Mul", og, node("tanh_c", "Tanh", c))
+	}
+	ta := o(f.Node("write", "TensorListSetItem", smtest.Attrs{"element_dtype": smtest.Type(dtF)}, "out_ta", "time", h))
+	one := constInts(f, "one", 1)
+	next := map[string]string{
+		"loop_counter": o(f.Node("counter", "AddV2", attrI32, "loop_counter", one)),
+		"time":         o(f.Node("time_1", "AddV2", attrI32, "time", one)),
+		"out_ta":       ta, "h": h, "c": c,
+	}
+	for _, p := range sig {
+		ref, ok := next[p.Name]
+		if !ok {
+			ref = p.Name
+		}
+		// while_v2 returns every variable through an Identity.
+		f.Return(p.Name, o(f.Node("Identity_"+p.Name, "Identity", smtest.Attrs{"T": smtest.Type(p.DType)}, ref)))
+	}
+}
+
+// TestWhileKerasRNN imports the While loops Keras's LSTM and GRU layers
+// save as an ONNX Loop over sequences and checks every step's output and
+// the last state against the Keras cell equations in Go.
+func TestWhileKerasRNN(t *testing.T) {
+	const batch, steps, in, units = 2, 5, 4, 3
+	for _, gru := range []bool{false, true} {
+		name := map[bool]string{false: "LSTM", true: "GRU"}[gru]
+		t.Run(name, func(t *testing.T) {
+			w := randomRNN(gru, in, units)
+			x := random(0.9, batch, steps, in)
+			g := &smtest.Graph{}
+			g.Placeholder("x", dtF, dims64(x.d))
+			y, h := kerasWhile(g, w, steps)
+			dir := t.TempDir()
+			err := g.Write(dir, smtest.Signature{
+				Inputs:  map[string]smtest.Arg{"x": {Tensor: "x:0", DType: dtF, Dims: dims64(x.d)}},
+				Outputs: map[string]smtest.Arg{"y": {Tensor: y + ":0", DType: dtF}, "h": {Tensor: h, DType: dtF}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, got := importRun(t, dir, savedmodel.ConvertOptions{}, map[string]*onnx.Tensor{"x": {Type: onnx.Float, Dims: dims64(x.d), Data: f32s(x)}})
+			if n := c.Model.OpCounts()["Loop"]; n != 1 {
+				t.Errorf("Loop nodes = %d, want 1", n)
+			}
+			zero := [][]float64{make([]float64, units), make([]float64, units)}
+			seq, last, _ := w.run(x, zero, zero)
+			if !slices.Equal(got["y"].Dims, dims64(seq.d)) {
+				t.Errorf("y dims = %v, want %v", got["y"].Dims, seq.d)
+			}
+			compare(t, "y", floats(t, got["y"]), seq.v, 1e-5)
+			compare(t, "h", floats(t, got["h"]), flat(last), 1e-5)
+		})
+	}
+}
