@@ -16,8 +16,8 @@ import (
 type emitter struct {
 	g      *onnxpb.GraphProto
 	file   string
-	consts map[string]*onnx.Tensor  // value name → constant value
-	seqs   map[string]onnx.DataType // sequence value (a TensorList) → element type
+	consts map[string]*onnx.Tensor // value name → constant value
+	seqs   map[string]seqInfo      // sequence value (a TensorList) → what it holds
 	n      int
 }
 

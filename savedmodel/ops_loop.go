@@ -79,21 +79,33 @@ func replaceSubgraphUses(n *onnxpb.NodeProto, from, to string) {
 // child starts an emitter for a subgraph of e; names stay unique across
 // both because they share e's counter (handed back by adopt).
 func (e *emitter) child(name string) *emitter {
-	return &emitter{g: &onnxpb.GraphProto{Name: proto.String(name)}, file: e.file, consts: map[string]*onnx.Tensor{}, n: e.n, seqs: map[string]onnx.DataType{}}
+	return &emitter{g: &onnxpb.GraphProto{Name: proto.String(name)}, file: e.file, consts: map[string]*onnx.Tensor{}, n: e.n}
 }
 
 func (e *emitter) adopt(ch *emitter) { e.n = ch.n }
 
-func (e *emitter) seq(v string) (onnx.DataType, bool) {
-	dt, ok := e.seqs[v]
-	return dt, ok
+// seqInfo is what the import knows of a sequence value (a TensorList).
+type seqInfo struct {
+	elem onnx.DataType
+	// from is the tensor whose rows it holds (TensorListFromTensor, a
+	// recognised recurrent layer's outputs), when known.
+	from string
+	// reserved: made by TensorListReserve, so empty.
+	reserved bool
 }
 
-func (e *emitter) setSeq(v string, dt onnx.DataType) {
+func (e *emitter) seq(v string) (onnx.DataType, bool) {
+	s, ok := e.seqs[v]
+	return s.elem, ok
+}
+
+func (e *emitter) setSeq(v string, dt onnx.DataType) { e.setList(v, seqInfo{elem: dt}) }
+
+func (e *emitter) setList(v string, s seqInfo) {
 	if e.seqs == nil {
-		e.seqs = map[string]onnx.DataType{}
+		e.seqs = map[string]seqInfo{}
 	}
-	e.seqs[v] = dt
+	e.seqs[v] = s
 }
 
 // emitFunction emits library function f into e with its arguments bound
@@ -180,7 +192,8 @@ func (c *opCtx) loopType(name string, i int, t smpb.DataType) (*onnxpb.ValueInfo
 	return onnx.TensorType(name, dt, onnx.Shape{}), nil
 }
 
-// whileOp maps While/StatelessWhile to an ONNX Loop. Values the body
+// whileOp maps While/StatelessWhile to ONNX: the loop Keras's LSTM and GRU
+// layers save becomes one ONNX LSTM or GRU, any other to a Loop. Values the body
 // returns unchanged are read from the enclosing graph instead of being
 // carried, so constants (weights) stay constants inside the body.
 func whileOp(c *opCtx) error {
@@ -197,6 +210,9 @@ func whileOp(c *opCtx) error {
 		return fmt.Errorf("has %d inputs, %d types in T and a body taking %d", len(c.in), len(types), len(body.GetSignature().GetInputArg()))
 	}
 	inv := invariantArgs(body)
+	if m, ok := matchKerasRNN(c.fg, c.n.name, body, cond, inv); ok && c.emitKerasRNN(m, types) {
+		return nil
+	}
 	ch := c.e.child(c.n.name + "/body")
 	iter, condIn := ch.fresh(c.n.name+"/iter"), ch.fresh(c.n.name+"/cond_in")
 	ch.g.Input = append(ch.g.Input, onnx.TensorType(iter, onnx.Int64, onnx.Shape{Ranked: true}),
@@ -209,8 +225,8 @@ func whileOp(c *opCtx) error {
 			if t, ok := c.e.consts[x]; ok {
 				ch.consts[x] = t
 			}
-			if dt, ok := c.e.seq(x); ok {
-				ch.setSeq(x, dt)
+			if s, ok := c.e.seqs[x]; ok {
+				ch.setList(x, s)
 			}
 			continue
 		}
@@ -272,7 +288,7 @@ func listReserve(c *opCtx) error {
 		return err
 	}
 	c.emit("SequenceEmpty", nil, attrInt("dtype", int64(dt)))
-	c.e.setSeq(c.out(0), dt)
+	c.e.setList(c.out(0), seqInfo{elem: dt, reserved: true})
 	return nil
 }
 
@@ -286,7 +302,7 @@ func listFromTensor(c *opCtx) error {
 		return err
 	}
 	c.emit("SplitToSequence", []string{x}, attrInt("axis", 0), attrInt("keepdims", 0))
-	c.e.setSeq(c.out(0), dt)
+	c.e.setList(c.out(0), seqInfo{elem: dt, from: x})
 	return nil
 }
 
@@ -346,10 +362,16 @@ func listSetItem(c *opCtx) error {
 	return nil
 }
 
+// listStack stacks the items; a list known to hold a tensor's rows is
+// that tensor.
 func listStack(c *opCtx) error {
 	h, _, err := c.list()
 	if err != nil {
 		return err
+	}
+	if from := c.e.seqs[h].from; from != "" {
+		c.emit("Identity", []string{from})
+		return nil
 	}
 	c.emit("ConcatFromSequence", []string{h}, attrInt("axis", 0), attrInt("new_axis", 1))
 	return nil
