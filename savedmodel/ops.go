@@ -43,7 +43,7 @@ func init() {
 	for k, v := range nnOps {
 		opTable[k] = v
 	}
-	for _, ops := range []map[string]opFunc{shapeOps, loopOps, rnnOps, xlaOps} {
+	for _, ops := range []map[string]opFunc{shapeOps, sliceOps, loopOps, rnnOps, xlaOps} {
 		for k, v := range ops {
 			opTable[k] = v
 		}

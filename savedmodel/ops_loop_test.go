@@ -141,7 +141,7 @@ func whileBody(g *smtest.Graph, sig []smtest.Param, w rnnWeights, generic bool) 
 	var h, c string
 	if w.gru {
 		xs := split("split", node("bias_x", "BiasAdd", node("mx", "MatMul", x, k), "input_bias"), 3)
-		hs := split("split_1", node("bias_h", "BiasAdd", node("mh", "MatMul", "h", r), "recurrent_bias"), 3)
+		hs := split("split_1", node("bias_h", "AddV2", node("mh", "MatMul", "h", r), "recurrent_bias"), 3) // Keras 3 adds biases with +
 		z := node("z", "Sigmoid", sum("add_z", xs[0], hs[0]))
 		rr := node("r", "Sigmoid", node("add_r", "AddV2", xs[1], hs[1]))
 		hh := node("hh", "Tanh", node("add_h", "AddV2", xs[2], node("mul_r", "Mul", rr, hs[2])))

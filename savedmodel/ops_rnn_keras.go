@@ -137,11 +137,26 @@ func (v *fnView) lstmCell(m *kerasRNN, hNew string) bool {
 	if s == nil || gate(f, 1) != s || gate(o, 3) != s || v.split(g, 2, 4) != s {
 		return false
 	}
-	ba := v.node(v.in(s, 1), "BiasAdd", 0)
-	m.bias = v.arg(v.in(ba, 1))
-	return ba != nil && m.bias >= 0 && v.either(v.add(v.in(ba, 0)), func(a, b string) bool {
+	sum, bias, ok := v.biased(v.in(s, 1))
+	m.bias = bias
+	return ok && v.either(v.add(sum), func(a, b string) bool {
 		return v.stepInput(m, a) && v.stepState(m, b)
 	})
+}
+
+// biased matches v + bias, as BiasAdd (Keras 2) or Add (Keras 3) with the
+// bias a loop variable, and returns v and the bias's index.
+func (v *fnView) biased(ref string) (string, int, bool) {
+	if ba := v.node(ref, "BiasAdd", 0); ba != nil {
+		return v.in(ba, 0), v.arg(v.in(ba, 1)), v.arg(v.in(ba, 1)) >= 0
+	}
+	var sum string
+	bias := -1
+	ok := v.either(v.add(ref), func(x, y string) bool {
+		sum, bias = x, v.arg(y)
+		return bias >= 0
+	})
+	return sum, bias, ok
 }
 
 // gruCell matches standard_gru's step (reset_after): x·K + b_in and
@@ -175,12 +190,10 @@ func (v *fnView) gruCell(m *kerasRNN, hNew string) bool {
 }
 
 func (v *fnView) gruProjections(m *kerasRNN, xs, hs *tfNode) bool {
-	bx, bh := v.node(v.in(xs, 1), "BiasAdd", 0), v.node(v.in(hs, 1), "BiasAdd", 0)
-	if bx == nil || bh == nil || !v.stepInput(m, v.in(bx, 0)) || !v.stepState(m, v.in(bh, 0)) {
-		return false
-	}
-	m.bias, m.recBias = v.arg(v.in(bx, 1)), v.arg(v.in(bh, 1))
-	return m.bias >= 0 && m.recBias >= 0
+	x, bx, okX := v.biased(v.in(xs, 1))
+	h, bh, okH := v.biased(v.in(hs, 1))
+	m.bias, m.recBias = bx, bh
+	return okX && okH && v.stepInput(m, x) && v.stepState(m, h)
 }
 
 func (v *fnView) gruReset(r string, xs, hs *tfNode) bool {

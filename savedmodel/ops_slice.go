@@ -215,3 +215,34 @@ func dynamicStridedSlice(c *opCtx, x string) error {
 	c.finishSlice(y, l.shrink, l.newAxes)
 	return nil
 }
+
+// sliceOps are the slicing ops beyond shapeOps' StridedSlice and Slice.
+var sliceOps = map[string]opFunc{"ReverseV2": reverseV2}
+
+// reverseV2 (Keras's go_backwards) is a Slice stepping -1 from the end
+// of every reversed axis.
+func reverseV2(c *opCtx) error {
+	x, err := c.input(0)
+	if err != nil {
+		return err
+	}
+	axes, err := c.constInts(1)
+	if err != nil {
+		return err
+	}
+	if len(axes) == 0 {
+		c.emit("Identity", []string{x})
+		return nil
+	}
+	n, name := len(axes), c.n.name
+	fill := func(v int64) []int64 {
+		out := make([]int64, n)
+		for i := range out {
+			out[i] = v
+		}
+		return out
+	}
+	c.emit("Slice", []string{x, c.e.ints(name+"/starts", fill(-1)...), c.e.ints(name+"/ends", fill(math.MinInt64)...),
+		c.e.ints(name+"/axes", axes...), c.e.ints(name+"/steps", fill(-1)...)})
+	return nil
+}

@@ -220,3 +220,35 @@ func TestXlaDot(t *testing.T) {
 		})
 	}
 }
+
+func TestReverseV2(t *testing.T) {
+	x := random(0.6, 2, 3, 4)
+	for _, tc := range []struct {
+		axes []int32
+		want nd
+	}{
+		{[]int32{1}, reverseND(x, 1)},
+		{[]int32{0, -1}, reverseND(reverseND(x, 0), 2)},
+	} {
+		g := &smtest.Graph{}
+		g.Placeholder("x", dtF, dims64(x.d))
+		g.Node("r", "ReverseV2", smtest.Attrs{"T": smtest.Type(dtF)}, "x", g.Ints("axes", tc.axes...))
+		_, y := writeRun(t, g, x, nil, "r:0")
+		compare(t, "y", floats(t, y), tc.want.v, 0)
+	}
+}
+
+// reverseND flips x along axis.
+func reverseND(x nd, axis int) nd {
+	y := newND(x.d...)
+	idx := make([]int, len(x.d))
+	for o := range y.v {
+		r := o
+		for i := len(x.d) - 1; i >= 0; i-- {
+			idx[i], r = r%x.d[i], r/x.d[i]
+		}
+		idx[axis] = x.d[axis] - 1 - idx[axis]
+		y.v[o] = x.v[x.off(idx...)]
+	}
+	return y
+}
