@@ -1,7 +1,9 @@
 package savedmodel_test
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kiln-ml/kiln/onnx"
@@ -90,6 +92,12 @@ func kerasWhile(g *smtest.Graph, w rnnWeights, steps int, generic bool) (string,
 		ins, types, params = append(ins, name+"/bias"), append(types, dtRes), append(params, "bias")
 		g.ResourceVariable(name+"/bias", []int64{4 * int64(u)}, f32v(w.bias))
 	}
+	if !w.gru {
+		// Keras's time_steps_t = tf.shape(inputs)[0], captured by the loop.
+		ts := g.Node("time_steps", "StridedSlice", smtest.Attrs{"shrink_axis_mask": smtest.Int64(1), "Index": smtest.Type(dtI32)},
+			g.Node("shape_t", "Shape", attrF, xt), g.Ints("t0", 0), g.Ints("t1", 1), g.Ints("t2", 1))
+		ins, types, params = append(ins, ts), append(types, dtI32), append(params, "time_steps")
+	}
 	var sig []smtest.Param
 	for i, p := range params {
 		sig = append(sig, smtest.Param{Name: p, DType: types[i]})
@@ -104,11 +112,15 @@ func kerasWhile(g *smtest.Graph, w rnnWeights, steps int, generic bool) (string,
 }
 
 // whileCond is while_v2's cond: loop_counter < max_iterations and Keras's
-// time < steps.
+// time < steps (the captured time_steps where the loop has it).
 func whileCond(g *smtest.Graph, sig []smtest.Param, steps int) {
 	f := g.Function("while_cond", sig, []smtest.Param{{Name: "identity", DType: smpb.DataType_DT_BOOL}})
 	a := f.Node("less", "Less", attrI32, "loop_counter", "max_iterations")
-	b := f.Node("less_1", "Less", attrI32, "time", constInts(f, "steps", int32(steps)))
+	limit := constInts(f, "steps", int32(steps))
+	if sig[len(sig)-1].Name == "time_steps" {
+		limit = "time_steps"
+	}
+	b := f.Node("less_1", "Less", attrI32, "time", limit)
 	and := f.Node("and", "LogicalAnd", nil, smtest.Out(a, "z", 0), smtest.Out(b, "z", 0))
 	f.Return("identity", smtest.Out(f.Node("Identity", "Identity", smtest.Attrs{"T": smtest.Type(smpb.DataType_DT_BOOL)}, smtest.Out(and, "z", 0)), "output", 0))
 }
@@ -211,5 +223,57 @@ func TestWhileKerasRNN(t *testing.T) {
 			compare(t, "y", floats(t, got["y"]), seq.v, 1e-5)
 			compare(t, "h", floats(t, got["h"]), flat(last), 1e-5)
 		})
+	}
+}
+
+// TestWhileDataDependent runs a loop whose trip count is a graph input:
+// acc = x; while i < n: acc = acc*2 + i; i += 1.
+func TestWhileDataDependent(t *testing.T) {
+	x := random(0.4, 2, 3)
+	g := &smtest.Graph{}
+	g.Placeholder("x", dtF, dims64(x.d))
+	g.Placeholder("b", dtI32, []int64{1})
+	n := g.Node("n", "Squeeze", smtest.Attrs{"T": smtest.Type(dtI32)}, "b")
+	sig := []smtest.Param{{Name: "i", DType: dtI32}, {Name: "acc", DType: dtF}, {Name: "n", DType: dtI32}}
+	cond := g.Function("cond", sig, []smtest.Param{{Name: "c", DType: smpb.DataType_DT_BOOL}})
+	cond.Return("c", smtest.Out(cond.Node("less", "Less", attrI32, "i", "n"), "z", 0))
+	body := g.Function("body", sig, sig)
+	two := smtest.Out(body.Node("two", "Const", smtest.Attrs{"dtype": smtest.Type(dtF), "value": {Value: &smpb.AttrValue_Tensor{
+		Tensor: &smpb.TensorProto{Dtype: dtF, TensorShape: smtest.ShapeProto(nil), FloatVal: []float32{2}}}}}), "output", 0)
+	fi := smtest.Out(body.Node("fi", "Cast", smtest.Attrs{"SrcT": smtest.Type(dtI32), "DstT": smtest.Type(dtF)}, "i"), "y", 0)
+	body.Return("acc", smtest.Out(body.Node("next", "AddV2", attrF, smtest.Out(body.Node("mul", "Mul", attrF, "acc", two), "z", 0), fi), "z", 0))
+	body.Return("i", smtest.Out(body.Node("inc", "AddV2", attrI32, "i", constInts(body, "one", 1)), "z", 0))
+	body.Return("n", "n")
+	g.Node("w", "StatelessWhile", smtest.Attrs{"T": smtest.Types(dtI32, dtF, dtI32), "cond": smtest.Func("cond"), "body": smtest.Func("body")},
+		g.Int("i0", 0), "x", n)
+	for _, steps := range []int32{0, 3} {
+		want := x
+		for i := range steps {
+			want = mapND(want, func(v float64) float64 { return 2*v + float64(i) })
+		}
+		c, y := writeRun(t, g, x, []int32{steps}, "w:1")
+		if c.Model.OpCounts()["Loop"] != 1 {
+			t.Errorf("ops = %v, want one Loop", c.Model.OpCounts())
+		}
+		compare(t, "acc", floats(t, y), want.v, 1e-6)
+	}
+}
+
+func TestWhileErrors(t *testing.T) {
+	g := &smtest.Graph{}
+	g.Placeholder("x", dtF, []int64{2})
+	g.Node("w", "While", smtest.Attrs{"T": smtest.Types(dtF), "cond": smtest.Func("missing_cond"), "body": smtest.Func("missing_body")}, "x")
+	dir := t.TempDir()
+	if err := g.Write(dir, smtest.Signature{Inputs: map[string]smtest.Arg{"x": {Tensor: "x:0", DType: dtF}},
+		Outputs: map[string]smtest.Arg{"y": {Tensor: "w:0", DType: dtF}}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := savedmodel.Open(context.Background(), dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = savedmodel.Convert(context.Background(), m, savedmodel.ConvertOptions{})
+	if err == nil || !strings.Contains(err.Error(), "node w (op While") || !strings.Contains(err.Error(), `"missing_body" is not in the function library`) {
+		t.Errorf("Convert = %v, want an error naming node w and the missing body", err)
 	}
 }
