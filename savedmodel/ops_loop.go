@@ -246,8 +246,8 @@ func whileOp(c *opCtx) error {
 		return fmt.Errorf("body %s: %w", body.GetSignature().GetName(), err)
 	}
 	next, err := emitFunction(ch, c.fg, c.n.name+"/cond", cond, rets)
-	if err != nil || len(next) != 1 {
-		return fmt.Errorf("cond %s: %v", cond.GetSignature().GetName(), err)
+	if err = condResult(cond, next, err); err != nil {
+		return err
 	}
 	condOut := ch.fresh(c.n.name + "/cond_out")
 	ch.node("Cast", next, []string{condOut}, attrInt("to", int64(onnx.Bool)))
@@ -266,8 +266,8 @@ func whileOp(c *opCtx) error {
 	}
 	c.e.adopt(ch)
 	first, err := emitFunction(c.e, c.fg, c.n.name+"/cond_init", cond, c.in)
-	if err != nil || len(first) != 1 {
-		return fmt.Errorf("cond %s: %v", cond.GetSignature().GetName(), err)
+	if err = condResult(cond, first, err); err != nil {
+		return err
 	}
 	loopIns[1] = c.tmp("Cast", first, attrInt("to", int64(onnx.Bool)))
 	for i, x := range c.in {
@@ -279,6 +279,16 @@ func whileOp(c *opCtx) error {
 		return fmt.Errorf("the body changes no loop variable")
 	}
 	c.e.node("Loop", loopIns, loopOuts, attrGraph("body", ch.g))
+	return nil
+}
+
+func condResult(cond *smpb.FunctionDef, out []string, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("cond %s: %w", cond.GetSignature().GetName(), err)
+	case len(out) != 1:
+		return fmt.Errorf("cond %s returns %d values, want 1", cond.GetSignature().GetName(), len(out))
+	}
 	return nil
 }
 

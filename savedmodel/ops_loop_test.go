@@ -244,14 +244,19 @@ func TestWhileDataDependent(t *testing.T) {
 	body.Return("acc", smtest.Out(body.Node("next", "AddV2", attrF, smtest.Out(body.Node("mul", "Mul", attrF, "acc", two), "z", 0), fi), "z", 0))
 	body.Return("i", smtest.Out(body.Node("inc", "AddV2", attrI32, "i", constInts(body, "one", 1)), "z", 0))
 	body.Return("n", "n")
-	g.Node("w", "StatelessWhile", smtest.Attrs{"T": smtest.Types(dtI32, dtF, dtI32), "cond": smtest.Func("cond"), "body": smtest.Func("body")},
-		g.Int("i0", 0), "x", n)
+	// The loop sits in a function the main graph calls, as TF2 saves it;
+	// the function reads the While's output as w:output:1.
+	outer := g.Function("outer", []smtest.Param{{Name: "x", DType: dtF}, {Name: "n", DType: dtI32}}, []smtest.Param{{Name: "y", DType: dtF}})
+	outer.Node("w", "StatelessWhile", smtest.Attrs{"T": smtest.Types(dtI32, dtF, dtI32), "cond": smtest.Func("cond"), "body": smtest.Func("body")},
+		constInts(outer, "i0", 0), "x", "n")
+	outer.Return("y", smtest.Out("w", "output", 1))
+	g.Node("call", "PartitionedCall", smtest.Attrs{"f": smtest.Func("outer")}, "x", n)
 	for _, steps := range []int32{0, 3} {
 		want := x
 		for i := range steps {
 			want = mapND(want, func(v float64) float64 { return 2*v + float64(i) })
 		}
-		c, y := writeRun(t, g, x, []int32{steps}, "w:1")
+		c, y := writeRun(t, g, x, []int32{steps}, "call:0")
 		if c.Model.OpCounts()["Loop"] != 1 {
 			t.Errorf("ops = %v, want one Loop", c.Model.OpCounts())
 		}
