@@ -92,6 +92,9 @@ type seqInfo struct {
 	from string
 	// reserved: made by TensorListReserve, so empty.
 	reserved bool
+	// scan: a list a Loop body writes one item into per iteration; inside
+	// the body it stands for that item, which becomes a scan output.
+	scan bool
 }
 
 func (e *emitter) seq(v string) (onnx.DataType, bool) {
@@ -193,9 +196,11 @@ func (c *opCtx) loopType(name string, i int, t smpb.DataType) (*onnxpb.ValueInfo
 }
 
 // whileOp maps While/StatelessWhile to ONNX: the loop Keras's LSTM and GRU
-// layers save becomes one ONNX LSTM or GRU, any other to a Loop. Values the body
-// returns unchanged are read from the enclosing graph instead of being
-// carried, so constants (weights) stay constants inside the body.
+// layers save becomes one ONNX LSTM or GRU, any other a Loop. Values the
+// body returns unchanged are read from the enclosing graph instead of being
+// carried, so constants (weights) stay constants inside the body; a list
+// written one item per iteration becomes a scan output, so the usual
+// TensorArray loops need no sequences.
 func whileOp(c *opCtx) error {
 	body, err := c.function("body")
 	if err != nil {
@@ -213,14 +218,39 @@ func whileOp(c *opCtx) error {
 	if m, ok := matchKerasRNN(c.fg, c.n.name, body, cond, inv); ok && c.emitKerasRNN(m, types) {
 		return nil
 	}
-	ch := c.e.child(c.n.name + "/body")
+	l := &loop{c: c, types: types, inv: inv, scan: c.scanLists(body, cond, inv)}
+	if err := l.body(body, cond); err != nil {
+		return err
+	}
+	return l.emit(cond)
+}
+
+// loop is a While being written as an ONNX Loop.
+type loop struct {
+	c     *opCtx
+	types []smpb.DataType
+	inv   []bool
+	scan  map[int]bool // loop variables that become scan outputs
+	ch    *emitter     // the body graph
+	// carried are the loop variables the Loop carries, scanned the
+	// ones it scans; rets are the body's results.
+	carried, scanned []int
+	rets             []string
+}
+
+// body emits the body graph: the body function on the carried values,
+// then the cond function on its results.
+func (l *loop) body(body, cond *smpb.FunctionDef) error {
+	c := l.c
+	l.ch = c.e.child(c.n.name + "/body")
+	ch := l.ch
 	iter, condIn := ch.fresh(c.n.name+"/iter"), ch.fresh(c.n.name+"/cond_in")
 	ch.g.Input = append(ch.g.Input, onnx.TensorType(iter, onnx.Int64, onnx.Shape{Ranked: true}),
 		onnx.TensorType(condIn, onnx.Bool, onnx.Shape{Ranked: true}))
 	args := make([]string, len(c.in))
-	var carried []int
 	for i, x := range c.in {
-		if inv[i] {
+		switch {
+		case l.inv[i]:
 			args[i] = x
 			if t, ok := c.e.consts[x]; ok {
 				ch.consts[x] = t
@@ -228,23 +258,28 @@ func whileOp(c *opCtx) error {
 			if s, ok := c.e.seqs[x]; ok {
 				ch.setList(x, s)
 			}
-			continue
+		case l.scan[i]:
+			args[i] = ch.fresh(c.n.name + "/scan" + strconv.Itoa(i))
+			ch.setList(args[i], seqInfo{elem: c.e.seqs[x].elem, scan: true})
+			l.scanned = append(l.scanned, i)
+		default:
+			args[i] = ch.fresh(c.n.name + "/in" + strconv.Itoa(i))
+			vi, err := c.loopType(args[i], i, l.types[i])
+			if err != nil {
+				return err
+			}
+			if dt, ok := c.e.seq(x); ok {
+				ch.setSeq(args[i], dt)
+			}
+			ch.g.Input = append(ch.g.Input, vi)
+			l.carried = append(l.carried, i)
 		}
-		args[i] = ch.fresh(c.n.name + "/in" + strconv.Itoa(i))
-		vi, err := c.loopType(args[i], i, types[i])
-		if err != nil {
-			return err
-		}
-		if dt, ok := c.e.seq(x); ok {
-			ch.setSeq(args[i], dt)
-		}
-		ch.g.Input = append(ch.g.Input, vi)
-		carried = append(carried, i)
 	}
 	rets, err := emitFunction(ch, c.fg, c.n.name+"/body", body, args)
 	if err != nil {
 		return fmt.Errorf("body %s: %w", body.GetSignature().GetName(), err)
 	}
+	l.rets = rets
 	next, err := emitFunction(ch, c.fg, c.n.name+"/cond", cond, rets)
 	if err = condResult(cond, next, err); err != nil {
 		return err
@@ -252,11 +287,17 @@ func whileOp(c *opCtx) error {
 	condOut := ch.fresh(c.n.name + "/cond_out")
 	ch.node("Cast", next, []string{condOut}, attrInt("to", int64(onnx.Bool)))
 	ch.g.Output = append(ch.g.Output, onnx.TensorType(condOut, onnx.Bool, onnx.Shape{Ranked: true}))
+	return nil
+}
+
+// emit writes the Loop, its initial condition and every While output.
+func (l *loop) emit(cond *smpb.FunctionDef) error {
+	c, ch := l.c, l.ch
 	loopIns, loopOuts := []string{"", ""}, []string(nil)
-	for _, i := range carried {
+	for _, i := range l.carried {
 		o := ch.fresh(c.n.name + "/out" + strconv.Itoa(i))
-		ch.node("Identity", []string{rets[i]}, []string{o})
-		vi, _ := c.loopType(o, i, types[i])
+		ch.node("Identity", []string{l.rets[i]}, []string{o})
+		vi, _ := c.loopType(o, i, l.types[i])
 		ch.g.Output = append(ch.g.Output, vi)
 		loopIns = append(loopIns, c.in[i])
 		loopOuts = append(loopOuts, c.out(i))
@@ -264,22 +305,104 @@ func whileOp(c *opCtx) error {
 			c.e.setSeq(c.out(i), dt)
 		}
 	}
+	var stacked []string
+	for _, i := range l.scanned {
+		o := ch.fresh(c.n.name + "/item" + strconv.Itoa(i))
+		ch.node("Identity", []string{l.rets[i]}, []string{o})
+		ch.g.Output = append(ch.g.Output, onnx.TensorType(o, c.e.seqs[c.in[i]].elem, onnx.Shape{}))
+		stacked = append(stacked, c.e.fresh(c.n.name+"/stacked"+strconv.Itoa(i)))
+	}
 	c.e.adopt(ch)
 	first, err := emitFunction(c.e, c.fg, c.n.name+"/cond_init", cond, c.in)
 	if err = condResult(cond, first, err); err != nil {
 		return err
 	}
 	loopIns[1] = c.tmp("Cast", first, attrInt("to", int64(onnx.Bool)))
+	if len(loopOuts)+len(stacked) == 0 {
+		return fmt.Errorf("the body changes no loop variable")
+	}
+	c.e.node("Loop", loopIns, append(loopOuts, stacked...), attrGraph("body", ch.g))
+	for k, i := range l.scanned {
+		c.e.node("SplitToSequence", []string{stacked[k]}, []string{c.out(i)}, attrInt("axis", 0), attrInt("keepdims", 0))
+		c.e.setList(c.out(i), seqInfo{elem: c.e.seqs[c.in[i]].elem, from: stacked[k]})
+	}
 	for i, x := range c.in {
-		if inv[i] {
+		if l.inv[i] {
 			c.e.node("Identity", []string{x}, []string{c.out(i)})
 		}
 	}
-	if len(loopOuts) == 0 {
-		return fmt.Errorf("the body changes no loop variable")
-	}
-	c.e.node("Loop", loopIns, loopOuts, attrGraph("body", ch.g))
 	return nil
+}
+
+// scanLists finds the loop variables that are TensorLists the loop fills
+// one item per iteration: empty (TensorListReserve) at the start, set at
+// index time by the body and read nowhere else, with time starting at 0
+// and growing by 1 each iteration. Item i is then the Loop's i-th scan
+// output.
+func (c *opCtx) scanLists(body, cond *smpb.FunctionDef, inv []bool) map[int]bool {
+	out := map[int]bool{}
+	v, ok := viewFunction(c.fg, c.n.name+"/scan_body", body)
+	cv, okC := viewFunction(c.fg, c.n.name+"/scan_cond", cond)
+	if !ok || !okC || len(v.rets) != len(c.in) {
+		return out
+	}
+	for k, r := range v.rets {
+		s := v.node(r, "TensorListSetItem", 0)
+		if inv[k] || !c.e.seqs[c.in[k]].reserved || s == nil || v.arg(v.in(s, 0)) != k {
+			continue
+		}
+		t := v.arg(v.in(s, 1))
+		if t < 0 || inv[t] || !v.either(v.add(v.rets[t]), func(x, y string) bool { return v.arg(x) == t && v.isConst(y, 1) }) {
+			continue
+		}
+		if z, isConst := c.e.consts[c.in[t]]; !isConst || !isZero(z) || v.reads(k, s) || v.uses(r, k) || cv.reads(k, nil) {
+			continue
+		}
+		out[k] = true
+	}
+	return out
+}
+
+// uses reports whether a node, or a result other than k, reads ref
+// (Identity-like nodes pass it on and do not count; their readers do).
+func (v *fnView) uses(ref string, k int) bool {
+	for _, n := range v.fg.nodes {
+		if passThrough[n.op] || n.op == "IdentityN" {
+			continue
+		}
+		for _, in := range n.inputs {
+			if v.fg.resolve(in, v.stop) == ref {
+				return true
+			}
+		}
+	}
+	for j, r := range v.rets {
+		if j != k && r == ref {
+			return true
+		}
+	}
+	return false
+}
+
+// reads reports whether a node other than except (and Identity-like
+// ones) reads argument k.
+func (v *fnView) reads(k int, except *tfNode) bool {
+	for _, n := range v.fg.nodes {
+		if n == except || passThrough[n.op] || n.op == "IdentityN" {
+			continue
+		}
+		for _, in := range n.inputs {
+			if v.arg(in) == k {
+				return true
+			}
+		}
+	}
+	for _, r := range v.rets {
+		if except == nil && v.arg(r) == k {
+			return true
+		}
+	}
+	return false
 }
 
 func condResult(cond *smpb.FunctionDef, out []string, err error) error {
@@ -289,137 +412,5 @@ func condResult(cond *smpb.FunctionDef, out []string, err error) error {
 	case len(out) != 1:
 		return fmt.Errorf("cond %s returns %d values, want 1", cond.GetSignature().GetName(), len(out))
 	}
-	return nil
-}
-
-func listReserve(c *opCtx) error {
-	dt, err := c.dtype("element_dtype")
-	if err != nil {
-		return err
-	}
-	c.emit("SequenceEmpty", nil, attrInt("dtype", int64(dt)))
-	c.e.setList(c.out(0), seqInfo{elem: dt, reserved: true})
-	return nil
-}
-
-func listFromTensor(c *opCtx) error {
-	x, err := c.input(0)
-	if err != nil {
-		return err
-	}
-	dt, err := c.dtype("element_dtype")
-	if err != nil {
-		return err
-	}
-	c.emit("SplitToSequence", []string{x}, attrInt("axis", 0), attrInt("keepdims", 0))
-	c.e.setList(c.out(0), seqInfo{elem: dt, from: x})
-	return nil
-}
-
-// list returns input 0, which must be a TensorList, and its element type.
-func (c *opCtx) list() (string, onnx.DataType, error) {
-	h, err := c.input(0)
-	if err != nil {
-		return "", 0, err
-	}
-	dt, ok := c.e.seq(h)
-	if !ok {
-		return "", 0, fmt.Errorf("input %s is not a TensorList this import made", h)
-	}
-	return h, dt, nil
-}
-
-func listGetItem(c *opCtx) error {
-	h, _, err := c.list()
-	if err != nil {
-		return err
-	}
-	i, err := c.input(1)
-	if err != nil {
-		return err
-	}
-	c.emit("SequenceAt", []string{h, i})
-	return nil
-}
-
-// listSetItem replaces item i, or appends it when i is the list's length:
-// TensorListReserve makes an empty sequence, which the usual writes
-// (item 0, 1, 2, … as a loop runs) then fill in order.
-func listSetItem(c *opCtx) error {
-	h, dt, err := c.list()
-	if err != nil {
-		return err
-	}
-	if len(c.in) != 3 {
-		return fmt.Errorf("has %d inputs, want 3", len(c.in))
-	}
-	i := c.tmp("Cast", c.in[1:2], attrInt("to", int64(onnx.Int64)))
-	inside := c.tmp("Less", []string{i, c.tmp("SequenceLength", []string{h})})
-	branch := func(tag string, replace bool) *onnxpb.GraphProto {
-		b := c.e.child(c.n.name + "/" + tag)
-		out := b.fresh(c.n.name + "/" + tag)
-		if replace {
-			b.node("SequenceInsert", []string{b.tmp(c.n.name+"/erase", "SequenceErase", []string{h, i}), c.in[2], i}, []string{out})
-		} else {
-			b.node("SequenceInsert", []string{h, c.in[2]}, []string{out})
-		}
-		b.g.Output = append(b.g.Output, seqType(out, dt))
-		c.e.adopt(b)
-		return b.g
-	}
-	c.emit("If", []string{inside}, attrGraph("then_branch", branch("replace", true)), attrGraph("else_branch", branch("append", false)))
-	c.e.setSeq(c.out(0), dt)
-	return nil
-}
-
-// listStack stacks the items; a list known to hold a tensor's rows is
-// that tensor.
-func listStack(c *opCtx) error {
-	h, _, err := c.list()
-	if err != nil {
-		return err
-	}
-	if from := c.e.seqs[h].from; from != "" {
-		c.emit("Identity", []string{from})
-		return nil
-	}
-	c.emit("ConcatFromSequence", []string{h}, attrInt("axis", 0), attrInt("new_axis", 1))
-	return nil
-}
-
-func listLength(c *opCtx) error {
-	h, _, err := c.list()
-	if err != nil {
-		return err
-	}
-	c.emit("Cast", []string{c.tmp("SequenceLength", []string{h})}, attrInt("to", int64(onnx.Int32)))
-	return nil
-}
-
-// listElementShape is the shape of item 0 (a list of no items has none).
-func listElementShape(c *opCtx) error {
-	h, _, err := c.list()
-	if err != nil {
-		return err
-	}
-	dt, err := c.dtype("shape_type")
-	if err != nil {
-		dt = onnx.Int32
-	}
-	item := c.tmp("SequenceAt", []string{h, c.e.ints(c.n.name+"/first", 0)})
-	c.emit("Cast", []string{c.tmp("Shape", []string{item})}, attrInt("to", int64(dt)))
-	return nil
-}
-
-func listPushBack(c *opCtx) error {
-	h, dt, err := c.list()
-	if err != nil {
-		return err
-	}
-	if len(c.in) != 2 {
-		return fmt.Errorf("has %d inputs, want 2", len(c.in))
-	}
-	c.emit("SequenceInsert", []string{h, c.in[1]})
-	c.e.setSeq(c.out(0), dt)
 	return nil
 }

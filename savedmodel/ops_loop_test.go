@@ -212,8 +212,14 @@ func TestWhileKerasRNN(t *testing.T) {
 				t.Fatal(err)
 			}
 			c, got := importRun(t, dir, savedmodel.ConvertOptions{}, map[string]*onnx.Tensor{"x": {Type: onnx.Float, Dims: dims64(x.d), Data: f32s(x)}})
-			if ops := c.Model.OpCounts(); ops[tc.want] != 1 || (tc.want != "Loop" && ops["Loop"] != 0) {
+			ops := c.Model.OpCounts()
+			if ops[tc.want] != 1 || (tc.want != "Loop" && ops["Loop"] != 0) {
 				t.Errorf("ops = %v, want one %s", ops, tc.want)
+			}
+			for op := range ops {
+				if strings.Contains(op, "Sequence") {
+					t.Errorf("ops = %v: the lists should have become a tensor and a scan output", ops)
+				}
 			}
 			zero := [][]float64{make([]float64, units), make([]float64, units)}
 			seq, last, _ := w.run(x, zero, zero)
@@ -226,41 +232,58 @@ func TestWhileKerasRNN(t *testing.T) {
 	}
 }
 
-// TestWhileDataDependent runs a loop whose trip count is a graph input:
-// acc = x; while i < n: acc = acc*2 + i; i += 1.
+// TestWhileDataDependent runs a loop whose trip count is a graph input and
+// which keeps a TensorList the body also reads, so it stays an ONNX
+// sequence: acc = x; while i < n: list[i] = acc; acc = acc*2 + len(list);
+// i += 1.
 func TestWhileDataDependent(t *testing.T) {
 	x := random(0.4, 2, 3)
 	g := &smtest.Graph{}
 	g.Placeholder("x", dtF, dims64(x.d))
 	g.Placeholder("b", dtI32, []int64{1})
 	n := g.Node("n", "Squeeze", smtest.Attrs{"T": smtest.Type(dtI32)}, "b")
-	sig := []smtest.Param{{Name: "i", DType: dtI32}, {Name: "acc", DType: dtF}, {Name: "n", DType: dtI32}}
+	sig := []smtest.Param{{Name: "i", DType: dtI32}, {Name: "acc", DType: dtF}, {Name: "n", DType: dtI32}, {Name: "list", DType: dtVar}}
 	cond := g.Function("cond", sig, []smtest.Param{{Name: "c", DType: smpb.DataType_DT_BOOL}})
 	cond.Return("c", smtest.Out(cond.Node("less", "Less", attrI32, "i", "n"), "z", 0))
 	body := g.Function("body", sig, sig)
 	two := smtest.Out(body.Node("two", "Const", smtest.Attrs{"dtype": smtest.Type(dtF), "value": {Value: &smpb.AttrValue_Tensor{
 		Tensor: &smpb.TensorProto{Dtype: dtF, TensorShape: smtest.ShapeProto(nil), FloatVal: []float32{2}}}}}), "output", 0)
-	fi := smtest.Out(body.Node("fi", "Cast", smtest.Attrs{"SrcT": smtest.Type(dtI32), "DstT": smtest.Type(dtF)}, "i"), "y", 0)
-	body.Return("acc", smtest.Out(body.Node("next", "AddV2", attrF, smtest.Out(body.Node("mul", "Mul", attrF, "acc", two), "z", 0), fi), "z", 0))
+	list := smtest.Out(body.Node("write", "TensorListSetItem", smtest.Attrs{"element_dtype": smtest.Type(dtF)}, "list", "i", "acc"), "output_handle", 0)
+	length := smtest.Out(body.Node("len", "TensorListLength", nil, list), "length", 0)
+	fl := smtest.Out(body.Node("fl", "Cast", smtest.Attrs{"SrcT": smtest.Type(dtI32), "DstT": smtest.Type(dtF)}, length), "y", 0)
+	body.Return("acc", smtest.Out(body.Node("next", "AddV2", attrF, smtest.Out(body.Node("mul", "Mul", attrF, "acc", two), "z", 0), fl), "z", 0))
 	body.Return("i", smtest.Out(body.Node("inc", "AddV2", attrI32, "i", constInts(body, "one", 1)), "z", 0))
 	body.Return("n", "n")
+	body.Return("list", list)
 	// The loop sits in a function the main graph calls, as TF2 saves it;
-	// the function reads the While's output as w:output:1.
-	outer := g.Function("outer", []smtest.Param{{Name: "x", DType: dtF}, {Name: "n", DType: dtI32}}, []smtest.Param{{Name: "y", DType: dtF}})
-	outer.Node("w", "StatelessWhile", smtest.Attrs{"T": smtest.Types(dtI32, dtF, dtI32), "cond": smtest.Func("cond"), "body": smtest.Func("body")},
-		constInts(outer, "i0", 0), "x", "n")
+	// the function reads the While's outputs as w:output:k.
+	outer := g.Function("outer", []smtest.Param{{Name: "x", DType: dtF}, {Name: "n", DType: dtI32}},
+		[]smtest.Param{{Name: "y", DType: dtF}, {Name: "s", DType: dtF}})
+	reserve := outer.Node("reserve", "TensorListReserve", listF, constInts(outer, "shape", 2, 3), constInts(outer, "num", 3))
+	outer.Node("w", "StatelessWhile", smtest.Attrs{"T": smtest.Types(dtI32, dtF, dtI32, dtVar), "cond": smtest.Func("cond"), "body": smtest.Func("body")},
+		constInts(outer, "i0", 0), "x", "n", smtest.Out(reserve, "handle", 0))
 	outer.Return("y", smtest.Out("w", "output", 1))
+	outer.Return("s", smtest.Out(outer.Node("stack", "TensorListStack", smtest.Attrs{"element_dtype": smtest.Type(dtF)},
+		smtest.Out("w", "output", 3), constInts(outer, "es", 2, 3)), "tensor", 0))
 	g.Node("call", "PartitionedCall", smtest.Attrs{"f": smtest.Func("outer")}, "x", n)
 	for _, steps := range []int32{0, 3} {
-		want := x
+		want, stack := x, nd{d: []int{int(steps), 2, 3}}
 		for i := range steps {
-			want = mapND(want, func(v float64) float64 { return 2*v + float64(i) })
+			stack.v = append(stack.v, want.v...)
+			want = mapND(want, func(v float64) float64 { return 2*v + float64(i+1) })
 		}
 		c, y := writeRun(t, g, x, []int32{steps}, "call:0")
-		if c.Model.OpCounts()["Loop"] != 1 {
-			t.Errorf("ops = %v, want one Loop", c.Model.OpCounts())
+		if ops := c.Model.OpCounts(); ops["Loop"] != 1 || ops["SequenceInsert"] == 0 {
+			t.Errorf("ops = %v, want one Loop over a sequence", ops)
 		}
 		compare(t, "acc", floats(t, y), want.v, 1e-6)
+		if steps > 0 {
+			_, s := writeRun(t, g, x, []int32{steps}, "call:1")
+			if !slices.Equal(s.Dims, dims64(stack.d)) {
+				t.Errorf("stack dims = %v, want %v", s.Dims, stack.d)
+			}
+			compare(t, "stack", floats(t, s), stack.v, 1e-6)
+		}
 	}
 }
 
