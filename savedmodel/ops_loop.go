@@ -18,7 +18,7 @@ import (
 // function followed by the cond function, and whose initial condition is
 // the cond function run on the initial values.
 var loopOps = map[string]opFunc{
-	"While": whileOp, "StatelessWhile": whileOp,
+	"While": whileOp, "StatelessWhile": whileOp, "If": ifOp, "StatelessIf": ifOp,
 	"TensorListReserve": listReserve, "EmptyTensorList": listReserve, "TensorListFromTensor": listFromTensor,
 	"TensorListGetItem": listGetItem, "TensorListSetItem": listSetItem, "TensorListStack": listStack,
 	"TensorListLength": listLength, "TensorListElementShape": listElementShape, "TensorListPushBack": listPushBack,
@@ -412,5 +412,62 @@ func condResult(cond *smpb.FunctionDef, out []string, err error) error {
 	case len(out) != 1:
 		return fmt.Errorf("cond %s returns %d values, want 1", cond.GetSignature().GetName(), len(out))
 	}
+	return nil
+}
+
+// ifOp maps If/StatelessIf (tf.cond) to an ONNX If whose branches are the
+// branch functions, reading their inputs from the enclosing graph.
+func ifOp(c *opCtx) error {
+	then, err := c.function("then_branch")
+	if err != nil {
+		return err
+	}
+	els, err := c.function("else_branch")
+	if err != nil {
+		return err
+	}
+	if len(c.in) < 1 {
+		return fmt.Errorf("has no condition input")
+	}
+	tout := c.attr("Tout").GetList().GetType()
+	var graphs []*onnxpb.GraphProto
+	for _, b := range []struct {
+		tag string
+		f   *smpb.FunctionDef
+	}{{"then", then}, {"else", els}} {
+		ch := c.e.child(c.n.name + "/" + b.tag)
+		for _, x := range c.in[1:] {
+			if t, ok := c.e.consts[x]; ok {
+				ch.consts[x] = t
+			}
+		}
+		rets, err := emitFunction(ch, c.fg, c.n.name+"/"+b.tag, b.f, c.in[1:])
+		if err != nil {
+			return fmt.Errorf("%s branch %s: %w", b.tag, b.f.GetSignature().GetName(), err)
+		}
+		if len(rets) != len(tout) {
+			return fmt.Errorf("%s branch %s returns %d values, Tout has %d", b.tag, b.f.GetSignature().GetName(), len(rets), len(tout))
+		}
+		for i, r := range rets {
+			dt, err := ONNXType(tout[i] % 100)
+			if err != nil {
+				return fmt.Errorf("output %d: %w", i, err)
+			}
+			o := ch.fresh(c.n.name + "/" + b.tag + "_out")
+			ch.node("Identity", []string{r}, []string{o})
+			ch.g.Output = append(ch.g.Output, onnx.TensorType(o, dt, onnx.Shape{}))
+		}
+		c.e.adopt(ch)
+		graphs = append(graphs, ch.g)
+	}
+	outs := make([]string, len(tout))
+	for i := range outs {
+		outs[i] = c.out(i)
+	}
+	if len(outs) == 0 {
+		return fmt.Errorf("has no outputs")
+	}
+	cond := c.tmp("Cast", c.in[:1], attrInt("to", int64(onnx.Bool)))
+	c.e.node("If", []string{cond}, outs, attrGraph("then_branch", graphs[0]), attrGraph("else_branch", graphs[1]))
 	return nil
 }

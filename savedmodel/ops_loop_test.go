@@ -305,3 +305,36 @@ func TestWhileErrors(t *testing.T) {
 		t.Errorf("Convert = %v, want an error naming node w and the missing body", err)
 	}
 }
+
+// TestIf imports tf.cond (StatelessIf) with branch functions and a
+// condition read from a graph input: y = x·w when b > 0, else -x.
+func TestIf(t *testing.T) {
+	x := random(0.7, 2, 3)
+	w := random(1.3, 3, 2)
+	g := &smtest.Graph{}
+	g.Placeholder("x", dtF, dims64(x.d))
+	g.Placeholder("b", dtI32, []int64{1})
+	sig := []smtest.Param{{Name: "x", DType: dtF}, {Name: "w", DType: dtF}}
+	out := []smtest.Param{{Name: "y", DType: dtF}}
+	then := g.Function("then", sig, out)
+	then.Return("y", smtest.Out(then.Node("mm", "MatMul", attrF, "x", "w"), "product", 0))
+	els := g.Function("else", sig, out)
+	els.Return("y", smtest.Out(els.Node("neg", "Neg", attrF, "x"), "y", 0))
+	pos := g.Node("pos", "Greater", attrI32, g.Node("b0", "Squeeze", attrI32, "b"), g.Int("zero", 0))
+	g.Node("if", "StatelessIf", smtest.Attrs{"then_branch": smtest.Func("then"), "else_branch": smtest.Func("else"),
+		"Tout": smtest.Types(dtF), "Tcond": smtest.Type(smpb.DataType_DT_BOOL)}, pos, "x", g.Floats("w", dims64(w.d), f32s(w)...))
+	for _, b := range []int32{1, -1} {
+		want := matMul(x, w)
+		if b < 0 {
+			want = mapND(x, func(v float64) float64 { return -v })
+		}
+		c, y := writeRun(t, g, x, []int32{b}, "if:0")
+		if c.Model.OpCounts()["If"] != 1 {
+			t.Errorf("ops = %v, want one If", c.Model.OpCounts())
+		}
+		if !slices.Equal(y.Dims, dims64(want.d)) {
+			t.Errorf("b=%d: y dims = %v, want %v", b, y.Dims, want.d)
+		}
+		compare(t, "y", floats(t, y), want.v, 1e-6)
+	}
+}
