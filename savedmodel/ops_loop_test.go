@@ -338,3 +338,45 @@ func TestIf(t *testing.T) {
 		compare(t, "y", floats(t, y), want.v, 1e-6)
 	}
 }
+
+// TestTensorListOps uses a list outside any loop, as an ONNX sequence:
+// pushed twice, item 0 replaced, stacked, read back, measured.
+func TestTensorListOps(t *testing.T) {
+	x := random(0.5, 2, 3)
+	neg, twice := mapND(x, func(v float64) float64 { return -v }), mapND(x, func(v float64) float64 { return 2 * v })
+	toF := smtest.Attrs{"SrcT": smtest.Type(dtI32), "DstT": smtest.Type(dtF)}
+	for _, tc := range []struct {
+		name string
+		out  func(g *smtest.Graph, l string) string
+		want nd
+	}{
+		{"SetItem replaces, Stack", func(g *smtest.Graph, l string) string {
+			set := g.Node("set", "TensorListSetItem", smtest.Attrs{"element_dtype": smtest.Type(dtF)}, l, g.Int("i0", 0),
+				g.Node("twice", "Mul", attrF, "x", g.Floats("two", nil, 2)))
+			return g.Node("stack", "TensorListStack", smtest.Attrs{"element_dtype": smtest.Type(dtF)}, set, g.Ints("es", 2, 3))
+		}, nd{d: []int{2, 2, 3}, v: append(append([]float64{}, twice.v...), neg.v...)}},
+		{"GetItem", func(g *smtest.Graph, l string) string {
+			return g.Node("get", "TensorListGetItem", smtest.Attrs{"element_dtype": smtest.Type(dtF)}, l, g.Int("i1", 1), g.Ints("es", 2, 3))
+		}, neg},
+		{"ElementShape", func(g *smtest.Graph, l string) string {
+			return g.Node("f", "Cast", toF, g.Node("element_shape", "TensorListElementShape", smtest.Attrs{"shape_type": smtest.Type(dtI32)}, l))
+		}, nd{d: []int{2}, v: []float64{2, 3}}},
+		{"Length", func(g *smtest.Graph, l string) string {
+			n := g.Node("len", "TensorListLength", nil, l)
+			return g.Node("f", "Cast", toF, g.Node("len1", "Reshape", nil, n, g.Ints("one", 1)))
+		}, nd{d: []int{1}, v: []float64{2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &smtest.Graph{}
+			g.Placeholder("x", dtF, dims64(x.d))
+			l := g.Node("empty", "EmptyTensorList", listF, g.Ints("shape", 2, 3), g.Int("max", -1))
+			push := smtest.Attrs{"element_dtype": smtest.Type(dtF)}
+			l = g.Node("push1", "TensorListPushBack", push, g.Node("push0", "TensorListPushBack", push, l, "x"), g.Node("neg", "Neg", attrF, "x"))
+			_, y := writeRun(t, g, x, nil, tc.out(g, l)+":0")
+			if !slices.Equal(y.Dims, dims64(tc.want.d)) {
+				t.Errorf("y dims = %v, want %v", y.Dims, tc.want.d)
+			}
+			compare(t, "y", floats(t, y), tc.want.v, 1e-6)
+		})
+	}
+}
