@@ -17,6 +17,7 @@ type emitter struct {
 	g      *onnxpb.GraphProto
 	file   string
 	consts map[string]*onnx.Tensor // value name → constant value
+	seqs   map[string]seqInfo      // sequence value (a TensorList) → what it holds
 	n      int
 }
 
@@ -204,7 +205,7 @@ func emitNodes(e *emitter, fg *flatGraph, order []*tfNode, stop map[string]bool,
 			}
 			continue
 		}
-		c := &opCtx{e: e, n: n}
+		c := &opCtx{e: e, fg: fg, n: n}
 		for _, in := range n.inputs {
 			c.in = append(c.in, valueName(names, in))
 		}

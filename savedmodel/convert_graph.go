@@ -45,6 +45,9 @@ var multiOut = map[string][]string{
 	"FusedBatchNormV2": {"y", "batch_mean", "batch_variance", "reserve_space_1", "reserve_space_2"},
 	"FusedBatchNormV3": {"y", "batch_mean", "batch_variance", "reserve_space_1", "reserve_space_2", "reserve_space_3"},
 	"TopKV2":           {"values", "indices"},
+	"CudnnRNN":         {"output", "output_h", "output_c", "reserve_space"},
+	"CudnnRNNV2":       {"output", "output_h", "output_c", "reserve_space", "host_reserved"},
+	"CudnnRNNV3":       {"output", "output_h", "output_c", "reserve_space", "host_reserved"},
 	"Unique":           {"y", "idx"},
 }
 

@@ -41,7 +41,7 @@ func perm(n *onnxpb.NodeProto) []int64 {
 func consumers(g *onnxpb.GraphProto, value string) []*onnxpb.NodeProto {
 	var out []*onnxpb.NodeProto
 	for _, n := range g.GetNode() {
-		if slices.Contains(n.GetInput(), value) {
+		if slices.Contains(n.GetInput(), value) || slices.Contains(subgraphInputs(n), value) {
 			out = append(out, n)
 		}
 	}
@@ -144,6 +144,7 @@ func replaceUses(g *onnxpb.GraphProto, from, to string) {
 				n.Input[i] = to
 			}
 		}
+		replaceSubgraphUses(n, from, to)
 	}
 }
 
@@ -165,7 +166,7 @@ func prune(g *onnxpb.GraphProto) {
 			used[o.GetName()] = true
 		}
 		for _, n := range g.GetNode() {
-			for _, in := range n.GetInput() {
+			for _, in := range slices.Concat(n.GetInput(), subgraphInputs(n)) {
 				used[in] = true
 			}
 		}

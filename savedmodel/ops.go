@@ -14,6 +14,7 @@ import (
 // opCtx is what an op mapping sees of one TensorFlow node.
 type opCtx struct {
 	e  *emitter
+	fg *flatGraph // the graph n belongs to, for its neighbours and functions
 	n  *tfNode
 	in []string // ONNX values of the node's inputs
 }
@@ -42,8 +43,10 @@ func init() {
 	for k, v := range nnOps {
 		opTable[k] = v
 	}
-	for k, v := range shapeOps {
-		opTable[k] = v
+	for _, ops := range []map[string]opFunc{shapeOps, sliceOps, loopOps, rnnOps, xlaOps} {
+		for k, v := range ops {
+			opTable[k] = v
+		}
 	}
 }
 
@@ -104,6 +107,51 @@ func (c *opCtx) int64Input(i int) (string, error) {
 		return "", err
 	}
 	return c.tmp("Cast", []string{x}, attrInt("to", int64(onnx.Int64))), nil
+}
+
+// dims returns input i's static shape (-1 for unknown sizes) when its rank
+// is known: from a constant, the producing node's _output_shapes attribute
+// or a graph input's declared shape.
+func (c *opCtx) dims(i int) ([]int64, bool) {
+	if t, ok := c.constant(i); ok {
+		return t.Dims, true
+	}
+	if i >= len(c.in) || i >= len(c.n.inputs) {
+		return nil, false
+	}
+	if c.fg != nil {
+		name, idx := refNode(c.n.inputs[i])
+		if p := c.fg.nodes[name]; p != nil {
+			if s := p.attr["_output_shapes"].GetList().GetShape(); idx < len(s) {
+				if d, unknown := Shape(s[idx]); !unknown {
+					return d, true
+				}
+			}
+		}
+	}
+	for _, vi := range c.e.g.GetInput() {
+		if s := onnx.ShapeOf(vi.GetType().GetTensorType().GetShape()); vi.GetName() == c.in[i] && s.Ranked {
+			d := make([]int64, len(s.Dims))
+			for j, x := range s.Dims {
+				d[j] = -1
+				if x.Known {
+					d[j] = x.Value
+				}
+			}
+			return d, true
+		}
+	}
+	return nil, false
+}
+
+// outDims is the node's own recorded shape of output k, when it has one.
+func (c *opCtx) outDims(k int) ([]int64, bool) {
+	s := c.n.attr["_output_shapes"].GetList().GetShape()
+	if k >= len(s) {
+		return nil, false
+	}
+	d, unknown := Shape(s[k])
+	return d, !unknown
 }
 
 func (c *opCtx) attr(name string) *smpb.AttrValue { return c.n.attr[name] }

@@ -13,6 +13,8 @@ type Graph struct {
 	Nodes []*smpb.NodeDef
 	// Vars are the checkpoint values of the variables the graph declares.
 	Vars []Tensor
+	// Functions are the graph's function library.
+	Functions []*smpb.FunctionDef
 }
 
 // Attrs is a NodeDef's attribute map.
@@ -110,6 +112,9 @@ func (g *Graph) SavedModel(sigs map[string]Signature) *smpb.SavedModel {
 		MetaInfoDef:  &smpb.MetaInfoDef{Tags: []string{"serve"}, TensorflowVersion: "2.15.0"},
 		GraphDef:     &smpb.GraphDef{Node: g.Nodes, Versions: &smpb.VersionDef{Producer: 1645}},
 		SignatureDef: map[string]*smpb.SignatureDef{},
+	}
+	if len(g.Functions) > 0 {
+		mg.GraphDef.Library = &smpb.FunctionDefLibrary{Function: g.Functions}
 	}
 	for k, s := range sigs {
 		sd := &smpb.SignatureDef{MethodName: "tensorflow/serving/predict",
