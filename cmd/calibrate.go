@@ -136,7 +136,7 @@ replaces DIR only when the run succeeds.`,
   kiln calibrate model.onnx --data images/ --exclude Conv_0,Gemm --format json -o calib/`,
 		Args: argsUsage(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
-			model, _, err := importedSource(c.Context(), args[0]) // a SavedModel: its ONNX import
+			model, _, err := importedSource(c.Context(), args[0], nil) // a SavedModel: its ONNX import
 			if err != nil {
 				return err
 			}
