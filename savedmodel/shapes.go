@@ -174,6 +174,9 @@ func (si *shapeInfer) rule(n *tfNode) []tshape {
 		}
 		return out
 	case "Select":
+		if len(n.inputs) < 2 {
+			return nil
+		}
 		return []tshape{si.broadcast(n.inputs[1:]...)}
 	}
 	if f, ok := shapeRules[n.op]; ok {

@@ -10,14 +10,23 @@ import (
 
 // ints is the constant integer value of input i of n.
 func (si *shapeInfer) ints(n *tfNode, i int) ([]int64, bool) {
-	if i >= len(n.inputs) {
+	if i < 0 || i >= len(n.inputs) {
 		return nil, false
 	}
 	v, ok := si.values[n.inputs[i]]
 	return v, ok
 }
 
+// maxRank bounds the ranks inference makes up from a shape's values, so a
+// malformed graph cannot ask for a huge shape.
+const maxRank = 64
+
+// unknownDims is a shape of rank with every size unknown; no rank when
+// rank is out of bounds.
 func unknownDims(rank int) tshape {
+	if rank < 0 || rank > maxRank {
+		return tshape{}
+	}
 	d := make([]int64, rank)
 	for i := range d {
 		d[i] = -1
@@ -263,7 +272,7 @@ func argShape(si *shapeInfer, n *tfNode, in func(int) tshape) tshape {
 }
 
 func fillShape(si *shapeInfer, n *tfNode, in func(int) tshape) tshape {
-	if v, ok := si.ints(n, 0); ok {
+	if v, ok := si.ints(n, 0); ok && len(v) <= maxRank {
 		return ranked(slices.Clone(v)...)
 	}
 	if s := in(0); s.rank() == 1 && s.dims[0] >= 0 {
