@@ -14,6 +14,7 @@ import (
 
 	"github.com/kiln-ml/kiln/calibrate"
 	"github.com/kiln-ml/kiln/dataset"
+	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/manifest"
 )
 
@@ -27,11 +28,13 @@ type calibrateOptions struct {
 	format   string
 	progress string
 	fix      []string
+	shapes   []string
 }
 
 func (o *calibrateOptions) addFlags(f *pflag.FlagSet) {
 	o.addDataFlags(f, "")
 	fixFlag(f, &o.fix)
+	f.StringArrayVar(&o.shapes, "shape", nil, "for a SavedModel MODEL: the shape of an input TensorFlow left unranked, as kiln convert --shape gives it to the import: NAME=DIMS, -1 a dynamic dimension (repeatable)")
 	f.StringVar(&o.cfg.Data.ImageKey, "image-key", "", "tf.Example feature holding the encoded image in TFRecords (default image/encoded)")
 	f.Float64Var(&o.cfg.MethodOptions.Percentile, "percentile", 0, "with --method percentile: p in (0,100] (default 99.999)")
 	f.Float64Var(&o.cfg.MethodOptions.EntropyMaxClip, "entropy-max-clip", 0, "with --method entropy: most of a tensor's values, in percent, a cut may clip (0: 1; -1: no limit, TensorRT's EntropyCalibrator2 as is)")
@@ -137,7 +140,11 @@ replaces DIR only when the run succeeds.`,
   kiln calibrate model.onnx --data images/ --exclude Conv_0,Gemm --format json -o calib/`,
 		Args: argsUsage(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
-			model, _, err := importedSource(c.Context(), args[0]) // a SavedModel: its ONNX import
+			shapes, err := check.ParseShapes(o.shapes)
+			if err != nil {
+				return usageErr(err)
+			}
+			model, _, err := importedSource(c.Context(), args[0], shapes) // a SavedModel: its ONNX import
 			if err != nil {
 				return err
 			}

@@ -157,8 +157,11 @@ func (o *convertOptions) config(ctx context.Context, args []string) error {
 	case o.cfg.Repo == "":
 		return usageErr(errors.New("--repo is required (or repository: in the pipeline file)"))
 	}
-	var err error
-	if o.cfg.Source, o.cfg.Imported, err = importedSource(ctx, o.cfg.Source); err != nil { // a SavedModel: its ONNX import
+	feed, err := o.check.spec()
+	if err != nil {
+		return err
+	}
+	if o.cfg.Source, o.cfg.Imported, err = importedSource(ctx, o.cfg.Source, feed.Shapes); err != nil { // a SavedModel: its ONNX import
 		return err
 	}
 	o.cfg.Variants = append(o.cfg.Variants, o.variants...)
@@ -182,10 +185,6 @@ func (o *convertOptions) config(ctx context.Context, args []string) error {
 		if ucd, err := os.UserCacheDir(); err == nil {
 			o.cfg.TRT.TimingCacheDir = filepath.Join(ucd, "kiln", "timing")
 		}
-	}
-	feed, err := o.check.spec()
-	if err != nil {
-		return err
 	}
 	if o.checkData.Path != "" {
 		d := o.checkData

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/internal/execx"
 	"github.com/kiln-ml/kiln/savedmodel"
 )
@@ -21,6 +23,7 @@ type importOptions struct {
 	signature string
 	opset     int64
 	tf2onnx   bool
+	shapes    []string
 	format    string
 }
 
@@ -29,6 +32,7 @@ func (o *importOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.tags, "tag", savedmodel.DefaultTags, "tag set of the meta graph to convert (comma-separated)")
 	f.StringVar(&o.signature, "signature", savedmodel.DefaultSignature, "signature to convert")
 	f.Int64Var(&o.opset, "opset", savedmodel.DefaultOpset, "ONNX opset to write")
+	f.StringArrayVar(&o.shapes, "shape", nil, "shape of a signature input where TensorFlow left it unknown: NAME=DIMS, -1 a dynamic dimension, e.g. --shape X=-1 (repeatable); NAME is the signature key or the ONNX name")
 	f.BoolVar(&o.tf2onnx, "tf2onnx", false, "convert with the external tf2onnx converter (python3 -m tf2onnx.convert) instead")
 	formatFlag(f, &o.format)
 }
@@ -36,6 +40,12 @@ func (o *importOptions) AddFlags(f *pflag.FlagSet) {
 func (o *importOptions) Validate() error {
 	if o.output == "" {
 		return usageErr(errors.New("-o, --output is required"))
+	}
+	if _, err := check.ParseShapes(o.shapes); err != nil {
+		return usageErr(err)
+	}
+	if o.tf2onnx && len(o.shapes) > 0 {
+		return usageErr(errors.New("--shape applies to kiln's own importer, not --tf2onnx"))
 	}
 	return (savedmodel.ConvertOptions{Opset: o.opset}).Validate()
 }
@@ -86,7 +96,11 @@ func (o *importOptions) run(ctx context.Context, dir string) (*importResult, err
 		r.Converter = "tf2onnx"
 		return r, runTF2ONNX(ctx, dir, o)
 	}
-	conv, err := importSavedModel(ctx, dir, o.output, savedmodel.ConvertOptions{Tags: o.tags, Signature: o.signature, Opset: o.opset})
+	shapes, err := check.ParseShapes(o.shapes)
+	if err != nil {
+		return nil, usageErr(err)
+	}
+	conv, err := importSavedModel(ctx, dir, o.output, savedmodel.ConvertOptions{Tags: o.tags, Signature: o.signature, Opset: o.opset, Shapes: shapes})
 	if err != nil {
 		return nil, err
 	}
@@ -137,12 +151,25 @@ func printImport(w io.Writer, format string, r *importResult) error {
 	}
 	fmt.Fprintf(w, "%s -> %s (signature %s, tags %s, %s)\n", r.Source, r.Output, r.Signature, r.Tags, r.Converter)
 	for _, m := range r.Inputs {
-		fmt.Fprintf(w, "  input  %-20s %s %v  (signature %s, tensor %s)\n", m.ONNX, m.DType, m.Shape, m.Key, m.Tensor)
+		fmt.Fprintf(w, "  input  %-20s %s %s  (signature %s, tensor %s)\n", m.ONNX, m.DType, mappingShape(m), m.Key, m.Tensor)
 	}
 	for _, m := range r.Outputs {
-		fmt.Fprintf(w, "  output %-20s %s %v  (signature %s, tensor %s)\n", m.ONNX, m.DType, m.Shape, m.Key, m.Tensor)
+		fmt.Fprintf(w, "  output %-20s %s %s  (signature %s, tensor %s)\n", m.ONNX, m.DType, mappingShape(m), m.Key, m.Tensor)
 	}
 	return nil
+}
+
+// mappingShape writes an argument's shape, -1 dynamic, and where it came
+// from when not the signature.
+func mappingShape(m savedmodel.NameMapping) string {
+	s := "unknown rank"
+	if !m.UnknownRank {
+		s = strings.ReplaceAll(fmt.Sprint(m.Shape), " ", ",")
+	}
+	if m.ShapeFrom != "" && m.ShapeFrom != savedmodel.ShapeFromSignature {
+		s += " (" + m.ShapeFrom + ")"
+	}
+	return s
 }
 
 func init() {

@@ -30,7 +30,11 @@ func isSavedModelSource(source string) bool {
 // the ONNX bytes), so a rerun finds the same file and kiln.json the same
 // source digest. NAME is the SavedModel's directory name (its parent's for
 // a TF Serving version directory), which names the repository's models.
-func importedSource(ctx context.Context, source string) (string, *manifest.Import, error) {
+// shapes are the command's --shape values: those naming an input the
+// signature leaves unranked give it its shape (-1 a dynamic dimension);
+// the others only shape random data, leaving the import's dimensions
+// dynamic where TensorFlow left them so.
+func importedSource(ctx context.Context, source string, shapes map[string][]int64) (string, *manifest.Import, error) {
 	if !isSavedModelSource(source) {
 		return source, nil, nil
 	}
@@ -43,7 +47,7 @@ func importedSource(ctx context.Context, source string) (string, *manifest.Impor
 	if err != nil {
 		return "", nil, err
 	}
-	conv, err := savedmodel.Convert(ctx, m, savedmodel.ConvertOptions{})
+	conv, err := savedmodel.Convert(ctx, m, savedmodel.ConvertOptions{Shapes: unrankedShapes(m, shapes)})
 	if err != nil {
 		return "", nil, fmt.Errorf("importing %s: %w (kiln import converts it on its own, with --signature and --tag)", source, err)
 	}
@@ -70,6 +74,32 @@ func importedSource(ctx context.Context, source string) (string, *manifest.Impor
 	return out, rec, nil
 }
 
+// unrankedShapes keeps the shapes given for inputs of the default
+// signature that TensorFlow left without a rank.
+func unrankedShapes(m *savedmodel.Model, shapes map[string][]int64) map[string][]int64 {
+	if len(shapes) == 0 {
+		return nil
+	}
+	mg, err := m.MetaGraph(savedmodel.DefaultTags)
+	if err != nil {
+		return nil // Convert says why
+	}
+	out := map[string][]int64{}
+	for _, sig := range savedmodel.ListSignatures(mg) {
+		if sig.Key != savedmodel.DefaultSignature {
+			continue
+		}
+		for _, in := range sig.Inputs {
+			for _, name := range []string{in.Key, savedmodel.Sanitize(in.Key)} {
+				if d, ok := shapes[name]; ok && in.UnknownRank {
+					out[in.Key] = d
+				}
+			}
+		}
+	}
+	return out
+}
+
 // importRecord is what kiln.json keeps of an import: where from, which
 // signature, and its names.
 func importRecord(source string, m *savedmodel.Model, conv *savedmodel.Conversion) *manifest.Import {
@@ -80,7 +110,7 @@ func importRecord(source string, m *savedmodel.Model, conv *savedmodel.Conversio
 	names := func(ms []savedmodel.NameMapping) []manifest.Name {
 		var out []manifest.Name
 		for _, n := range ms {
-			out = append(out, manifest.Name{Key: n.Key, Tensor: n.Tensor, ONNX: n.ONNX})
+			out = append(out, manifest.Name{Key: n.Key, Tensor: n.Tensor, ONNX: n.ONNX, Shape: n.Shape, UnknownRank: n.UnknownRank, ShapeFrom: n.ShapeFrom})
 		}
 		return out
 	}

@@ -71,7 +71,9 @@ Triton can batch it (every input and output has a dynamic first dimension).
 Given a TensorFlow SavedModel directory (local or gs://) instead, it prints
 each MetaGraphDef's tags and SignatureDefs as saved_model_cli show --all does;
 a model base directory's highest numeric version is used, as TensorFlow
-Serving picks it.`,
+Serving picks it. With --run, each SavedModel is imported as convert imports
+it (a --shape naming an input TensorFlow left unranked gives it its shape) and
+the ONNX import is described and run.`,
 		Example: `  kiln inspect model.onnx
   kiln inspect models/half_plus_two          # SavedModel: highest version directory
   kiln inspect --format json model.onnx | jq .batch
@@ -81,10 +83,15 @@ Serving picks it.`,
 			if err := o.validate(); err != nil {
 				return err
 			}
-			if sm, err := savedModelArgs(args); err != nil || sm {
-				if err != nil {
+			sm, err := savedModelArgs(args)
+			switch {
+			case err != nil:
+				return err
+			case sm && o.run:
+				if args, err = o.importForRun(c.Context(), args); err != nil {
 					return err
 				}
+			case sm:
 				return o.inspectSavedModels(c.Context(), c.OutOrStdout(), args)
 			}
 			if o.run {

@@ -48,11 +48,27 @@ func savedModelArgs(args []string) (bool, error) {
 	return n > 0, nil
 }
 
+// importForRun imports each SavedModel for --run, as convert does, and
+// returns the ONNX files.
+func (o *inspectOptions) importForRun(ctx context.Context, paths []string) ([]string, error) {
+	o.feed.batch = max(o.batch, 1)
+	spec, err := o.feed.spec()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range paths {
+		f, _, err := importedSource(ctx, p, spec.Shapes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
 // inspectSavedModels describes each SavedModel and prints the results.
 func (o *inspectOptions) inspectSavedModels(ctx context.Context, w io.Writer, paths []string) error {
-	if o.run {
-		return usageErr(errors.New("--run runs ONNX models; a SavedModel has to be imported first"))
-	}
 	var results []savedModelResult
 	for _, p := range paths {
 		r, err := inspectSavedModel(ctx, p)

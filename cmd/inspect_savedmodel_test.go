@@ -55,13 +55,22 @@ func TestInspectSavedModelErrors(t *testing.T) {
 	}{
 		{[]string{"inspect", bad}, 1, "no saved_model.pb"},
 		{[]string{"inspect", good, filepath.Join("..", "testdata", "tinynet.onnx")}, 2, "not both"},
-		{[]string{"inspect", "--run", good}, 2, "--run"},
 	}
 	for _, c := range cases {
 		_, errOut, code := run(t, c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) {
 			t.Errorf("kiln %v = exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errOut, c.code, c.want)
 		}
+	}
+}
+
+// inspect --run imports a SavedModel as convert does and runs the import.
+func TestInspectSavedModelRun(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	good := relCorpus(t, "savedmodel", "tf-serving", "saved_model_half_plus_two_cpu")
+	out, errOut, code := run(t, "inspect", "--run", good)
+	if code != 0 || !strings.Contains(out, "run:") || !strings.Contains(out, "input") {
+		t.Errorf("inspect --run SavedModel = exit %d\n%s\n%s; want the import described and run", code, out, errOut)
 	}
 }
 

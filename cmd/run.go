@@ -239,7 +239,7 @@ func (r *pipelineRun) importStage(ctx context.Context) (string, bool, error) {
 		r.model = r.p.Source
 		return "ONNX source " + r.p.Source, false, nil
 	}
-	model, _, err := importedSource(ctx, r.p.Source)
+	model, _, err := importedSource(ctx, r.p.Source, nil)
 	if err != nil {
 		return "", true, err
 	}

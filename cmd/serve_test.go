@@ -44,8 +44,12 @@ type serveReport struct {
 	Models  []struct {
 		Name, Verdict, Reason string
 		Outputs               []struct {
-			Output string
-			Cosine float64
+			Output, Kind string
+			Samples      int
+			Cosine       float64
+			WorstCosine  float64 `json:"worst_cosine"`
+			Top1         float64 `json:"top1_agreement"`
+			MaxAbs       float64 `json:"max_abs_error"`
 		}
 		Failures []struct {
 			Output, Metric, Sample string

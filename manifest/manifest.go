@@ -160,6 +160,12 @@ type Name struct {
 	Key    string `json:"key"`    // the signature's argument ("input_1")
 	Tensor string `json:"tensor"` // the graph tensor TensorFlow binds it to ("serving_default_input_1:0")
 	ONNX   string `json:"onnx"`   // the ONNX graph input or output
+	// Shape is the shape the ONNX graph declares, -1 for a dynamic
+	// dimension (nil with UnknownRank); ShapeFrom says where it came from:
+	// "signature", "inferred" (from the graph) or "given" (--shape).
+	Shape       []int64 `json:"shape,omitempty"`
+	UnknownRank bool    `json:"unknown_rank,omitempty"`
+	ShapeFrom   string  `json:"shape_from,omitempty"`
 }
 
 // File is one file of an artifact, relative to the model directory.

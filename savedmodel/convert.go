@@ -31,6 +31,11 @@ type ConvertOptions struct {
 	// Opset is the ONNX opset; 0 means DefaultOpset. Only 17 is written
 	// today: later opsets move Reduce* axes to inputs.
 	Opset int64
+	// Shapes gives the shapes of signature inputs, by signature key or
+	// ONNX name, -1 for a dynamic dimension: they fill in the rank and
+	// the dimensions TensorFlow left unknown, and must agree with those it
+	// knows. Shapes are otherwise inferred from the graph.
+	Shapes map[string][]int64
 }
 
 // Validate checks the options.
@@ -50,9 +55,15 @@ type NameMapping struct {
 	// ("serving_default_input_1:0").
 	Tensor string `json:"tensor"`
 	// ONNX is the sanitized graph input or output name.
-	ONNX  string  `json:"onnx"`
-	DType string  `json:"dtype"`
-	Shape []int64 `json:"shape,omitempty"`
+	ONNX  string `json:"onnx"`
+	DType string `json:"dtype"`
+	// Shape is the best-known shape, -1 for a dynamic dimension; it is
+	// nil when UnknownRank.
+	Shape       []int64 `json:"shape"`
+	UnknownRank bool    `json:"unknown_rank,omitempty"`
+	// ShapeFrom says how the shape became known: ShapeFromSignature,
+	// ShapeFromGraph or ShapeFromGiven.
+	ShapeFrom string `json:"shape_from,omitempty"`
 }
 
 // Conversion is the result of Convert.
@@ -137,7 +148,10 @@ func Convert(ctx context.Context, m *Model, o ConvertOptions) (*Conversion, erro
 		return nil, err
 	}
 	c := &Conversion{Tags: o.Tags, Signature: o.Signature}
-	g, err := buildGraph(fg, sd, vars, c)
+	if err := checkGiven(sd, o.Shapes); err != nil {
+		return nil, fmt.Errorf("%s: signature %q: %w", file, o.Signature, err)
+	}
+	g, err := buildGraph(fg, sd, vars, c, o.Shapes)
 	if err != nil {
 		return nil, err
 	}
@@ -170,17 +184,12 @@ func Sanitize(key string) string {
 	return b.String()
 }
 
-// mapping describes one signature argument.
-func mapping(key string, ti *smpb.TensorInfo) (NameMapping, onnx.Shape, onnx.DataType, error) {
+// mapping describes one signature argument, its shape still to be
+// recorded.
+func mapping(key string, ti *smpb.TensorInfo) (NameMapping, onnx.DataType, error) {
 	dt, err := ONNXType(ti.GetDtype() % 100)
 	if err != nil {
-		return NameMapping{}, onnx.Shape{}, 0, fmt.Errorf("signature argument %s (%s): %w", key, ti.GetName(), err)
+		return NameMapping{}, 0, fmt.Errorf("signature argument %s (%s): %w", key, ti.GetName(), err)
 	}
-	dims, unknown := Shape(ti.GetTensorShape())
-	s := onnx.Shape{Ranked: !unknown}
-	for _, d := range dims {
-		s.Dims = append(s.Dims, onnx.Dim{Value: max(d, 0), Known: d >= 0})
-	}
-	nm := NameMapping{Key: key, Tensor: ti.GetName(), ONNX: Sanitize(key), DType: ti.GetDtype().String(), Shape: dims}
-	return nm, s, dt, nil
+	return NameMapping{Key: key, Tensor: ti.GetName(), ONNX: Sanitize(key), DType: ti.GetDtype().String()}, dt, nil
 }

@@ -82,16 +82,23 @@ func (e *emitter) scalar(base string, dt onnx.DataType, v float64) (string, erro
 }
 
 // buildGraph emits the ONNX graph of one signature.
-func buildGraph(fg *flatGraph, sd *smpb.SignatureDef, vars map[string]*onnx.Tensor, c *Conversion) (*onnxpb.GraphProto, error) {
+func buildGraph(fg *flatGraph, sd *smpb.SignatureDef, vars map[string]*onnx.Tensor, c *Conversion, given map[string][]int64) (*onnxpb.GraphProto, error) {
 	e := &emitter{g: &onnxpb.GraphProto{Name: proto.String(Sanitize(c.Signature))}, file: fg.file, consts: map[string]*onnx.Tensor{}}
 	stop := map[string]bool{}
 	names := map[string]string{} // TF tensor → ONNX value
+	known := map[string]tshape{} // TF tensor → shape
 	for _, key := range sortedKeys(sd.GetInputs()) {
 		ti := sd.GetInputs()[key]
-		nm, s, dt, err := mapping(key, ti)
+		nm, dt, err := mapping(key, ti)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fg.file, err)
 		}
+		sh, from, err := inputShape(fg, key, ti, given)
+		if err != nil {
+			return nil, fmt.Errorf("%s: signature %q: %w", fg.file, c.Signature, err)
+		}
+		nm.record(sh, from)
+		s := sh.onnxShape()
 		if dt == onnx.String {
 			return nil, fmt.Errorf("%s: signature %q input %s (%s) is DT_STRING: string inputs, such as serialized tf.Example "+
 				"batches, are not supported; export a signature taking the numeric feature tensors", fg.file, c.Signature, key, ti.GetName())
@@ -99,6 +106,7 @@ func buildGraph(fg *flatGraph, sd *smpb.SignatureDef, vars map[string]*onnx.Tens
 		ref := canon(ti.GetName())
 		stop[ref] = true
 		names[ref] = nm.ONNX
+		known[ref] = sh
 		e.g.Input = append(e.g.Input, onnx.TensorType(nm.ONNX, dt, s))
 		c.Inputs = append(c.Inputs, nm)
 	}
@@ -113,11 +121,15 @@ func buildGraph(fg *flatGraph, sd *smpb.SignatureDef, vars map[string]*onnx.Tens
 	if err := emitNodes(e, fg, order, stop, names, vars); err != nil {
 		return nil, err
 	}
+	si := inferShapes(order, known, vars)
 	for i, key := range sortedKeys(sd.GetOutputs()) {
-		nm, s, dt, err := mapping(key, sd.GetOutputs()[key])
+		nm, dt, err := mapping(key, sd.GetOutputs()[key])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fg.file, err)
 		}
+		sh, from := outputShape(sd.GetOutputs()[key], si.of(outs[i]))
+		nm.record(sh, from)
+		s := sh.onnxShape()
 		e.node("Identity", []string{valueName(names, outs[i])}, []string{nm.ONNX})
 		e.g.Output = append(e.g.Output, onnx.TensorType(nm.ONNX, dt, s))
 		c.Outputs = append(c.Outputs, nm)

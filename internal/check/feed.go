@@ -84,9 +84,15 @@ type FeedSpec struct {
 type ShapeError struct {
 	Input string
 	Dims  []onnx.Dim
+	// Unranked says the input has no rank at all (a SavedModel input
+	// TensorFlow left unranked).
+	Unranked bool
 }
 
 func (e *ShapeError) Error() string {
+	if e.Unranked {
+		return fmt.Sprintf("input %q has no known rank (its shape is unknown), so random data cannot be made for it; give its shape (--shape %s=DIMS, e.g. --shape %s=16)", e.Input, e.Input, e.Input)
+	}
 	return fmt.Sprintf("input %q has dimensions %s that are not fixed; give its shape (--shape %s=...)", e.Input, dimsText(e.Dims), e.Input)
 }
 
@@ -269,20 +275,30 @@ func scalarTensor(in onnx.ValueInfo, value string) (*onnx.Tensor, error) {
 
 // randomTensor fills one input with seeded random data: floats uniform in
 // [0,1), integers and booleans zero (a safe index), of the given shape or
-// the signature's with the batch dimension set to batch.
+// the signature's with the batch dimension set to batch. A -1 in the
+// given shape takes the signature's size there.
 func randomTensor(in onnx.ValueInfo, shape []int64, batch int, batched bool, seed uint64) (*onnx.Tensor, error) {
-	dims := shape
-	if dims == nil {
-		dims = make([]int64, len(in.Shape.Dims))
-		for i, d := range in.Shape.Dims {
-			switch {
-			case i == 0 && batched:
-				dims[i] = int64(batch)
-			case d.Fixed():
-				dims[i] = d.Value
-			default:
-				return nil, &ShapeError{Input: in.Name, Dims: in.Shape.Dims}
-			}
+	if !in.Shape.Ranked && (shape == nil || slices.Contains(shape, -1)) {
+		return nil, &ShapeError{Input: in.Name, Unranked: true}
+	}
+	if shape != nil && !slices.Contains(shape, -1) {
+		return onnx.Random(in.Name, in.Type, shape, seed)
+	}
+	model := in.Shape.Dims
+	if shape != nil && len(shape) != len(model) {
+		return nil, fmt.Errorf("input %q has shape %s; --shape %s=%s has %d dimensions", in.Name, dimsText(model), in.Name, FormatDims(shape), len(shape))
+	}
+	dims := make([]int64, len(model))
+	for i, d := range model {
+		switch {
+		case shape != nil && shape[i] >= 0:
+			dims[i] = shape[i]
+		case i == 0 && batched:
+			dims[i] = int64(batch)
+		case d.Fixed():
+			dims[i] = d.Value
+		default:
+			return nil, &ShapeError{Input: in.Name, Dims: model}
 		}
 	}
 	return onnx.Random(in.Name, in.Type, dims, seed)

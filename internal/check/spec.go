@@ -20,6 +20,8 @@ func ParseBinding(s string) (name, value string, err error) {
 
 // ParseDims parses a shape written as trtexec and Polygraphy write it,
 // 1x3x640x640 (or 1,3,640,640); "" or "scalar" is a scalar (no dimension).
+// A -1 is a dynamic dimension (an imported SavedModel's input keeps it
+// dynamic; random data takes the model's size there).
 func ParseDims(s string) ([]int64, error) {
 	if s == "" || s == "scalar" {
 		return []int64{}, nil
@@ -32,8 +34,8 @@ func ParseDims(s string) ([]int64, error) {
 	dims := make([]int64, len(parts))
 	for i, p := range parts {
 		d, err := strconv.ParseInt(strings.TrimSpace(p), 10, 64)
-		if err != nil || d < 0 {
-			return nil, fmt.Errorf("shape %q: dimension %d (%q) is not a non-negative integer", s, i, p)
+		if err != nil || d < -1 {
+			return nil, fmt.Errorf("shape %q: dimension %d (%q) is not a non-negative integer or -1 (dynamic)", s, i, p)
 		}
 		if d > 1<<31 {
 			return nil, fmt.Errorf("shape %q: dimension %d is too large", s, i)

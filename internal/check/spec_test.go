@@ -16,6 +16,8 @@ func TestParseDims(t *testing.T) {
 		{"scalar", []int64{}, false},
 		{"", []int64{}, false},
 		{"1x-3", nil, true},
+		{"-1x3", []int64{-1, 3}, false}, // dynamic
+		{"1x-2", nil, true},
 		{"1xx3", nil, true},
 		{"axb", nil, true},
 		{"99999999999", nil, true},
