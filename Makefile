@@ -64,6 +64,8 @@ bench: ort ## run the benchmarks recorded in BENCHMARKS.md
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./onnx/ ./ort/ ./pbtxt/ ./calibrate/ ./convert/... ./internal/check/ ./serve/kserve/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./serve/  # ratios, each side alternated 5 times
 	bench/peakmem.sh
+	$(GO) test -run '^$$' -bench ImportSavedModel -benchtime 5x -count 3 ./savedmodel/  # import against reading and writing the same bytes
+	bench/importmem.sh
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
 	@scripts/fuzz.sh $(FUZZTIME)

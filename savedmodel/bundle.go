@@ -13,6 +13,7 @@ import (
 
 	"github.com/kiln-ml/kiln/dataset"
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"github.com/kiln-ml/kiln/savedmodel/smpb"
 )
 
@@ -131,20 +132,32 @@ func DataFile(prefix string, shard, shards int32) string {
 // crc32c. DT_STRING tensors decode to onnx.String ([]string); other types as
 // ONNXType maps them. Errors name the key and the data file.
 func (b *Bundle) Tensor(ctx context.Context, key string) (*onnx.Tensor, error) {
+	p, err := b.TensorProto(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return onnx.Decode(p)
+}
+
+// TensorProto reads the tensor stored under key, after checking its crc32c,
+// as the ONNX initializer named key that onnx.Encode(Tensor(key), onnx.Raw)
+// would give, byte for byte. A numeric tensor's raw_data is the buffer its
+// bytes were read into (the bundle stores them little-endian, as ONNX
+// does): neither decoded nor copied. Errors name the key and the data file.
+func (b *Bundle) TensorProto(ctx context.Context, key string) (*onnxpb.TensorProto, error) {
 	e, ok := b.entries[key]
 	if !ok {
 		return nil, fmt.Errorf("%s.index: no tensor %q", b.prefix, key)
 	}
 	file := DataFile(b.prefix, e.GetShardId(), b.header.GetNumShards())
-	t, err := b.tensor(ctx, key, e, file)
+	p, err := b.tensor(ctx, key, e, file)
 	if err != nil {
 		return nil, fmt.Errorf("tensor %q in %s: %w", key, file, err)
 	}
-	t.Name = key
-	return t, nil
+	return p, nil
 }
 
-func (b *Bundle) tensor(ctx context.Context, key string, e *entry, file string) (*onnx.Tensor, error) {
+func (b *Bundle) tensor(ctx context.Context, key string, e *entry, file string) (*onnxpb.TensorProto, error) {
 	if len(e.GetSlices()) > 0 {
 		return nil, fmt.Errorf("partitioned into %d slices, which kiln does not read", len(e.GetSlices()))
 	}
@@ -159,29 +172,34 @@ func (b *Bundle) tensor(ctx context.Context, key string, e *entry, file string) 
 	if dt != onnx.String && int64(n)*int64(dt.Size()) != e.GetSize() {
 		return nil, fmt.Errorf("stored size %d bytes, %s%v needs %d", e.GetSize(), e.GetDtype(), dims, int64(n)*int64(dt.Size()))
 	}
-	raw, err := readRange(ctx, b.fsys, file, e.GetOffset(), e.GetSize())
+	raw, crc, err := readRange(ctx, b.fsys, file, e.GetOffset(), e.GetSize())
 	if err != nil {
 		return nil, err
 	}
 	if dt == onnx.String {
-		s, crc, err := decodeStrings(raw, n)
+		s, scrc, err := decodeStrings(raw, n)
 		if err != nil {
 			return nil, err
 		}
-		if err := verify(crc, e.GetCrc32C()); err != nil {
+		if err := verify(scrc, e.GetCrc32C()); err != nil {
 			return nil, err
 		}
-		return &onnx.Tensor{Type: onnx.String, Dims: dims, Data: s}, nil
+		return onnx.Encode(&onnx.Tensor{Name: key, Type: onnx.String, Dims: dims, Data: s}, onnx.Raw)
 	}
-	if err := verify(crc32.Checksum(raw, castagnoli), e.GetCrc32C()); err != nil {
+	if err := verify(crc, e.GetCrc32C()); err != nil {
 		return nil, err
 	}
-	return decodeRaw(dt, dims, raw)
+	return rawInitializer(key, dt, dims, n, raw)
 }
 
+// readChunk is how much readRange reads before adding it to the crc32c,
+// small enough that the bytes are still in cache.
+const readChunk = 256 << 10
+
 // readRange reads size bytes of name at offset, with a range read where
-// fsys has one.
-func readRange(ctx context.Context, fsys dataset.FS, name string, offset, size int64) ([]byte, error) {
+// fsys has one, and returns them with their (unmasked) crc32c, computed
+// as they arrive rather than in a second pass over memory.
+func readRange(ctx context.Context, fsys dataset.FS, name string, offset, size int64) ([]byte, uint32, error) {
 	var rc io.ReadCloser
 	var err error
 	if r, ok := fsys.(dataset.RangeFS); ok {
@@ -193,27 +211,33 @@ func readRange(ctx context.Context, fsys dataset.FS, name string, offset, size i
 		if rc != nil {
 			rc.Close()
 		}
-		return nil, err
+		return nil, 0, err
 	}
 	defer rc.Close()
-	// Up to 256 MiB is read into a buffer of the stored size, in one copy;
-	// beyond, reading through a limit keeps a wrong size in a corrupt index
-	// from allocating it.
-	var data []byte
-	if size <= 1<<28 {
-		data = make([]byte, size)
-		n, err := io.ReadFull(rc, data)
-		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-			return nil, err
+	// The buffer starts at the stored size up to 256 MiB, so that the
+	// bytes are read in place, in one copy; beyond, it grows as data
+	// arrives, so that a wrong size in a corrupt index does not allocate it.
+	data := make([]byte, 0, min(size, 1<<28))
+	var crc uint32
+	for int64(len(data)) < size {
+		if len(data) == cap(data) {
+			data = slices.Grow(data, int(min(size-int64(len(data)), int64(len(data)))))
 		}
-		data = data[:n]
-	} else if data, err = io.ReadAll(io.LimitReader(rc, size)); err != nil {
-		return nil, err
+		end := len(data) + int(min(readChunk, int64(cap(data)-len(data)), size-int64(len(data))))
+		k, err := io.ReadFull(rc, data[len(data):end])
+		crc = crc32.Update(crc, castagnoli, data[len(data):len(data)+k])
+		data = data[:len(data)+k]
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, 0, err
+		}
 	}
 	if int64(len(data)) != size {
-		return nil, fmt.Errorf("file ends %d bytes into the tensor's %d (offset %d)", len(data), size, offset)
+		return nil, 0, fmt.Errorf("file ends %d bytes into the tensor's %d (offset %d)", len(data), size, offset)
 	}
-	return data, nil
+	return data, crc, nil
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

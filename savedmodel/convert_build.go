@@ -16,9 +16,16 @@ import (
 type emitter struct {
 	g      *onnxpb.GraphProto
 	file   string
-	consts map[string]*onnx.Tensor // value name → constant value
-	seqs   map[string]seqInfo      // sequence value (a TensorList) → what it holds
+	consts map[string]constVal // value name → constant value
+	seqs   map[string]seqInfo  // sequence value (a TensorList) → what it holds
 	n      int
+}
+
+// constVal is a constant's value: decoded, or the initializer it is decoded
+// from when an op asks (checkpoint variables, kept as the bytes read).
+type constVal struct {
+	t *onnx.Tensor
+	p *onnxpb.TensorProto
 }
 
 func (e *emitter) fresh(base string) string {
@@ -49,8 +56,28 @@ func (e *emitter) constant(name string, t *onnx.Tensor) (string, error) {
 		return "", err
 	}
 	e.g.Initializer = append(e.g.Initializer, p)
-	e.consts[name] = &c
+	e.consts[name] = constVal{t: &c}
 	return name, nil
+}
+
+// initializer adds p, renamed to name, as an initializer without decoding
+// it.
+func (e *emitter) initializer(name string, p *onnxpb.TensorProto) {
+	p.Name = proto.String(name)
+	e.g.Initializer = append(e.g.Initializer, p)
+	e.consts[name] = constVal{p: p}
+}
+
+// value returns the constant value named name, decoding an initializer
+// added undecoded (a fresh copy each time: a big weight an op does not
+// read stays in its stored bytes alone).
+func (e *emitter) value(name string) (*onnx.Tensor, bool) {
+	v, ok := e.consts[name]
+	if !ok || v.t != nil {
+		return v.t, ok
+	}
+	t, err := onnx.Decode(v.p)
+	return t, err == nil
 }
 
 // ints adds a fresh 1-D int64 initializer.
@@ -82,8 +109,8 @@ func (e *emitter) scalar(base string, dt onnx.DataType, v float64) (string, erro
 }
 
 // buildGraph emits the ONNX graph of one signature.
-func buildGraph(fg *flatGraph, sd *smpb.SignatureDef, vars map[string]*onnx.Tensor, c *Conversion, given map[string][]int64) (*onnxpb.GraphProto, error) {
-	e := &emitter{g: &onnxpb.GraphProto{Name: proto.String(Sanitize(c.Signature))}, file: fg.file, consts: map[string]*onnx.Tensor{}}
+func buildGraph(fg *flatGraph, sd *smpb.SignatureDef, vars map[string]*onnxpb.TensorProto, c *Conversion, given map[string][]int64) (*onnxpb.GraphProto, error) {
+	e := &emitter{g: &onnxpb.GraphProto{Name: proto.String(Sanitize(c.Signature))}, file: fg.file, consts: map[string]constVal{}}
 	stop := map[string]bool{}
 	names := map[string]string{} // TF tensor → ONNX value
 	known := map[string]tshape{} // TF tensor → shape
@@ -196,7 +223,7 @@ func (fg *flatGraph) prune(outs []string, stop map[string]bool) ([]*tfNode, erro
 
 // emitNodes converts the pruned nodes in order, after checking that every
 // op has a mapping.
-func emitNodes(e *emitter, fg *flatGraph, order []*tfNode, stop map[string]bool, names map[string]string, vars map[string]*onnx.Tensor) error {
+func emitNodes(e *emitter, fg *flatGraph, order []*tfNode, stop map[string]bool, names map[string]string, vars map[string]*onnxpb.TensorProto) error {
 	var bad []UnsupportedOp
 	for _, n := range order {
 		if _, ok := opTable[n.op]; !ok && !variableOps[n.op] {
@@ -208,13 +235,11 @@ func emitNodes(e *emitter, fg *flatGraph, order []*tfNode, stop map[string]bool,
 	}
 	for _, n := range order {
 		if variableOps[n.op] {
-			t, ok := vars[n.name]
+			p, ok := vars[n.name]
 			if !ok {
 				return fmt.Errorf("%s: node %s (op %s): variable has no value in the checkpoint", fg.file, n.name, n.op)
 			}
-			if _, err := e.constant(n.name+":0", t); err != nil {
-				return fmt.Errorf("%s: node %s (op %s): %w", fg.file, n.name, n.op, err)
-			}
+			e.initializer(n.name+":0", p)
 			continue
 		}
 		c := &opCtx{e: e, fg: fg, n: n}

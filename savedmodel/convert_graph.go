@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"github.com/kiln-ml/kiln/savedmodel/smpb"
 )
 
@@ -221,7 +221,7 @@ var variableOps = map[string]bool{"VariableV2": true, "VarHandleOp": true, "Vari
 // bindVariables reads the checkpoint value of every variable node: TF2
 // resource captures through the object graph's concrete functions, TF1
 // variables by name.
-func bindVariables(ctx context.Context, fg *flatGraph, mg *smpb.MetaGraphDef, b *Bundle) (map[string]*onnx.Tensor, error) {
+func bindVariables(ctx context.Context, fg *flatGraph, mg *smpb.MetaGraphDef, b *Bundle) (map[string]*onnxpb.TensorProto, error) {
 	keys := map[string]string{} // variable node → checkpoint key
 	og := mg.GetObjectGraphDef()
 	if ids, err := b.CheckpointKeys(ctx); err == nil {
@@ -239,7 +239,7 @@ func bindVariables(ctx context.Context, fg *flatGraph, mg *smpb.MetaGraphDef, b 
 			}
 		}
 	}
-	out := map[string]*onnx.Tensor{}
+	out := map[string]*onnxpb.TensorProto{}
 	for name, n := range fg.nodes {
 		if !variableOps[n.op] {
 			continue
@@ -256,7 +256,7 @@ func bindVariables(ctx context.Context, fg *flatGraph, mg *smpb.MetaGraphDef, b 
 		if !ok {
 			continue // not needed unless the signature reads it
 		}
-		t, err := b.Tensor(ctx, key)
+		t, err := b.TensorProto(ctx, key)
 		if err != nil {
 			return nil, fmt.Errorf("%s: variable %s: %w", fg.file, name, err)
 		}

@@ -14,7 +14,10 @@
 // A Bundle decodes checkpoint tensors into onnx.Tensor values with every
 // stored checksum verified (the table's block checksums, each tensor's
 // masked crc32c, and a string tensor's length checksum); TensorFromProto does
-// the same for a graph's Const values. CheckpointKeys maps the nodes of a TF2
+// the same for a graph's Const values. Bundle.TensorProto and
+// InitializerFromProto give the ONNX initializers instead, keeping the
+// stored little-endian bytes as raw_data rather than decoding and
+// re-encoding them: Convert's model holds one copy of the weights. CheckpointKeys maps the nodes of a TF2
 // object graph to the checkpoint keys holding their values.
 //
 // The message types are generated from kiln's own schema in package smpb.

@@ -60,7 +60,9 @@ func normalize(kvs []kv) []kv {
 
 // FuzzTensorProto decodes arbitrary TensorProtos: no panic, the element
 // count always matches the shape, and a numeric tensor re-encoded as
-// tensor_content decodes to the same values.
+// tensor_content decodes to the same values; InitializerFromProto fails
+// when TensorFromProto does and otherwise gives what encoding its tensor
+// does.
 func FuzzTensorProto(f *testing.F) {
 	for _, p := range []*smpb.TensorProto{
 		{Dtype: smpb.DataType_DT_FLOAT, TensorShape: shapeProto([]int64{2}), FloatVal: []float32{1}},
@@ -84,8 +86,15 @@ func FuzzTensorProto(f *testing.F) {
 			}
 		}
 		got, err := TensorFromProto(p)
+		init, ierr := InitializerFromProto(p, "c")
+		if (err == nil) != (ierr == nil) {
+			t.Fatalf("TensorFromProto: %v, InitializerFromProto: %v", err, ierr)
+		}
 		if err != nil {
 			return
+		}
+		if want, err := onnx.Encode(&onnx.Tensor{Name: "c", Type: got.Type, Dims: got.Dims, Data: got.Data}, onnx.Raw); err != nil || !sameBytes(init, want) {
+			t.Fatalf("InitializerFromProto = %v, want what Encode writes: %v (%v)", init, want, err)
 		}
 		n, _ := onnx.NumElements(got.Dims)
 		if got.Len() != n {

@@ -75,8 +75,7 @@ func (c *opCtx) constant(i int) (*onnx.Tensor, bool) {
 	if i >= len(c.in) {
 		return nil, false
 	}
-	t, ok := c.e.consts[c.in[i]]
-	return t, ok
+	return c.e.value(c.in[i])
 }
 
 // constInts returns input i as integers; it must be a constant.
@@ -199,12 +198,12 @@ func placeholder(c *opCtx) error {
 }
 
 func constOp(c *opCtx) error {
-	t, err := TensorFromProto(c.n.attr["value"].GetTensor())
+	p, err := InitializerFromProto(c.n.attr["value"].GetTensor(), c.out(0))
 	if err != nil {
 		return err
 	}
-	_, err = c.e.constant(c.out(0), t)
-	return err
+	c.e.initializer(c.out(0), p)
+	return nil
 }
 
 func identity(c *opCtx) error {

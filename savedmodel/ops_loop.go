@@ -79,7 +79,7 @@ func replaceSubgraphUses(n *onnxpb.NodeProto, from, to string) {
 // child starts an emitter for a subgraph of e; names stay unique across
 // both because they share e's counter (handed back by adopt).
 func (e *emitter) child(name string) *emitter {
-	return &emitter{g: &onnxpb.GraphProto{Name: proto.String(name)}, file: e.file, consts: map[string]*onnx.Tensor{}, n: e.n}
+	return &emitter{g: &onnxpb.GraphProto{Name: proto.String(name)}, file: e.file, consts: map[string]constVal{}, n: e.n}
 }
 
 func (e *emitter) adopt(ch *emitter) { e.n = ch.n }
@@ -355,7 +355,7 @@ func (c *opCtx) scanLists(body, cond *smpb.FunctionDef, inv []bool) map[int]bool
 		if t < 0 || inv[t] || !v.either(v.add(v.rets[t]), func(x, y string) bool { return v.arg(x) == t && v.isConst(y, 1) }) {
 			continue
 		}
-		if z, isConst := c.e.consts[c.in[t]]; !isConst || !isZero(z) || v.reads(k, s) || v.uses(r, k) || cv.reads(k, nil) {
+		if z, isConst := c.e.value(c.in[t]); !isConst || !isZero(z) || v.reads(k, s) || v.uses(r, k) || cv.reads(k, nil) {
 			continue
 		}
 		out[k] = true

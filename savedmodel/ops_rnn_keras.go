@@ -211,13 +211,13 @@ func (c *opCtx) kerasOuter(m *kerasRNN) (x string, units int64, ok bool) {
 		if k < 0 {
 			continue
 		}
-		if t, isConst := c.e.consts[c.in[k]]; !isConst || !isZero(t) {
+		if t, isConst := c.e.value(c.in[k]); !isConst || !isZero(t) {
 			return "", 0, false
 		}
 	}
 	in, out := c.e.seqs[c.in[m.inTA]], c.e.seqs[c.in[m.outTA]]
-	k, kOK := c.e.consts[c.in[m.kernel]]
-	r, rOK := c.e.consts[c.in[m.rec]]
+	k, kOK := c.e.value(c.in[m.kernel])
+	r, rOK := c.e.value(c.in[m.rec])
 	g := int64(4)
 	if m.gru {
 		g = 3

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/onnx/onnxpb"
 	"github.com/kiln-ml/kiln/savedmodel/smpb"
 )
 
@@ -99,7 +100,7 @@ const (
 
 // shapeInfer propagates shapes forward through the pruned graph.
 type shapeInfer struct {
-	vars   map[string]*onnx.Tensor
+	vars   map[string]*onnxpb.TensorProto
 	shapes map[string]tshape // tensor ref → shape
 	values map[string][]int64
 }
@@ -109,7 +110,7 @@ func (si *shapeInfer) of(ref string) tshape { return si.shapes[ref] }
 // inferShapes computes the shape of every output of the nodes in order,
 // the signature inputs (in) already known: what each op's rule gives,
 // completed by the node's _output_shapes attribute.
-func inferShapes(order []*tfNode, in map[string]tshape, vars map[string]*onnx.Tensor) *shapeInfer {
+func inferShapes(order []*tfNode, in map[string]tshape, vars map[string]*onnxpb.TensorProto) *shapeInfer {
 	si := &shapeInfer{vars: vars, shapes: map[string]tshape{}, values: map[string][]int64{}}
 	for ref, s := range in {
 		si.shapes[ref] = s
@@ -158,7 +159,7 @@ func (si *shapeInfer) rule(n *tfNode) []tshape {
 		return []tshape{si.broadcast(n.inputs...)}
 	case variableOps[n.op]:
 		if t, ok := si.vars[n.name]; ok {
-			return []tshape{ranked(slices.Clone(t.Dims)...)}
+			return []tshape{ranked(slices.Clone(t.GetDims())...)}
 		}
 		return []tshape{protoShape(n.attr["shape"].GetShape())}
 	}

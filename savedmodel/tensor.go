@@ -69,13 +69,9 @@ func fullDims(s *smpb.TensorShapeProto) ([]int64, int, error) {
 // typed field with fewer values than the shape needs is filled out with its
 // last value (a single value broadcasts), and an empty one means zeros.
 func TensorFromProto(p *smpb.TensorProto) (*onnx.Tensor, error) {
-	dt, err := ONNXType(p.GetDtype())
+	dt, dims, n, err := protoType(p)
 	if err != nil {
 		return nil, err
-	}
-	dims, n, err := fullDims(p.GetTensorShape())
-	if err != nil {
-		return nil, fmt.Errorf("%s tensor: %w", p.GetDtype(), err)
 	}
 	if c := p.GetTensorContent(); len(c) > 0 {
 		if dt == onnx.String {
@@ -88,6 +84,19 @@ func TensorFromProto(p *smpb.TensorProto) (*onnx.Tensor, error) {
 		return nil, fmt.Errorf("%s%v tensor: %w", p.GetDtype(), dims, err)
 	}
 	return onnx.Decode(q)
+}
+
+// protoType returns p's element type, dimensions and element count.
+func protoType(p *smpb.TensorProto) (onnx.DataType, []int64, int, error) {
+	dt, err := ONNXType(p.GetDtype())
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	dims, n, err := fullDims(p.GetTensorShape())
+	if err != nil {
+		return 0, nil, 0, fmt.Errorf("%s tensor: %w", p.GetDtype(), err)
+	}
+	return dt, dims, n, nil
 }
 
 // fillTyped moves p's typed values, filled out to n elements, into the
@@ -152,6 +161,44 @@ func widen(s []uint32) []uint64 {
 		out[i] = uint64(v)
 	}
 	return out
+}
+
+// InitializerFromProto is TensorFromProto's value as the ONNX initializer
+// named name, byte for byte what onnx.Encode(t, onnx.Raw) writes for it. A
+// tensor_content's bytes become raw_data as they are, not copied: the
+// initializer shares memory with p.
+func InitializerFromProto(p *smpb.TensorProto, name string) (*onnxpb.TensorProto, error) {
+	if c := p.GetTensorContent(); len(c) > 0 && p.GetDtype() != smpb.DataType_DT_STRING {
+		dt, dims, n, err := protoType(p)
+		if err != nil {
+			return nil, err
+		}
+		return rawInitializer(name, dt, dims, n, c)
+	}
+	t, err := TensorFromProto(p)
+	if err != nil {
+		return nil, err
+	}
+	t.Name = name
+	return onnx.Encode(t, onnx.Raw)
+}
+
+// rawInitializer is the initializer named name of n elements of type dt
+// stored as little-endian bytes raw (a bundle's data, a tensor_content),
+// as onnx.Encode writes the decoded tensor. raw itself becomes raw_data;
+// only bools (whose true Encode writes as 1), empty tensors (where Encode
+// decides between an empty and an absent raw_data) and a wrong byte count
+// (for decoding's error) go through decoding.
+func rawInitializer(name string, dt onnx.DataType, dims []int64, n int, raw []byte) (*onnxpb.TensorProto, error) {
+	if n == 0 || dt == onnx.Bool || len(raw) != n*dt.Size() {
+		t, err := decodeRaw(dt, dims, raw)
+		if err != nil {
+			return nil, err
+		}
+		t.Name = name
+		return onnx.Encode(t, onnx.Raw)
+	}
+	return &onnxpb.TensorProto{Name: proto.String(name), DataType: proto.Int32(int32(dt)), Dims: dims, RawData: raw}, nil
 }
 
 // decodeRaw decodes raw little-endian row-major bytes.
