@@ -45,7 +45,7 @@ func (o *planOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.p.Image, "image", "", "kiln `IMAGE` the jobs run, with trtexec for TensorRT variants (required)")
 	trtVersionFlag(f, &o.trt, "TensorRT release of the image's trtexec (required for trt variants; part of the cache key)")
 	f.StringVar(&o.digest, "source-digest", "", "sha256 `DIGEST` of MODEL (default: MODEL's, when it is a local file)")
-	f.StringVar(&o.p.To, "to", "", "`DEST` the final jobs publish each checked build to: gs://BUCKET/PREFIX or image:REPO:TAG (default: check only)")
+	f.StringVar(&o.p.To, "to", "", "`DEST` the final jobs publish each GPU type's checked repository to: gs://BUCKET/PREFIX (PREFIX/<gpu>) or image:REPO:TAG (TAG-<gpu>) (default: check only)")
 	f.StringVar(&o.p.Name, "name", "", "`NAME` starting every job's name (default: from MODEL)")
 	f.StringVar(&o.p.Project, "project", "", "Google Cloud `PROJECT` of the Cloud Run jobs")
 	f.StringVar(&o.p.Region, "region", "", "Cloud Run `REGION` of the Cloud Run jobs")
@@ -70,9 +70,11 @@ building variant i with kiln convert --variant ID (TensorRT variants for the
 GPU's compute capability, ID suffix _sm<cc>) and publishing it to the shared
 --cache, keyed by source digest, variant, TensorRT version and compute
 capability; a build already cached is not built again. Then, per GPU type, a
-final job (gke-final.yaml, cloudrun-final-<gpu>.yaml) reads the builds back,
-checks each with kiln serve on that GPU ($KILN_SERVE_FLAGS in the job's
-environment gives it data) and publishes it to --to.
+final job (gke-final.yaml, cloudrun-final-<gpu>.yaml) assembles that GPU's
+builds from the cache into one repository (kiln pack --from ... --from ...),
+checks it with kiln serve on that GPU ($KILN_SERVE_FLAGS in the job's
+environment gives it data) and publishes it to --to (one repository per GPU
+type: an engine runs only on the GPU it was built for).
 
 MODEL is read by the jobs: a gs:// path or a path inside the kiln image.`,
 		Example: `  kiln plan gs://my-bucket/models/resnet50.onnx --source-digest sha256:... \

@@ -14,8 +14,11 @@ import (
 // per pair, each running `kiln convert --variant ID` on a GPU of that type
 // and publishing the one-model repository it made to a shared gs:// build
 // cache keyed by (source digest, variant, TensorRT version, compute
-// capability); then, per GPU type, a final task reads the cached parts back,
-// checks them with kiln serve on that GPU and packs them.
+// capability); then, per GPU type, a final task merges every cached part
+// of that GPU into one repository (kiln pack --from ... --from ...), checks
+// it with kiln serve on that GPU and packs it. A final task is per GPU
+// type because a TensorRT engine runs only on the compute capability it
+// was built for: serve can check a repository on the GPU it is for.
 type Plan struct {
 	// Name starts every job's name.
 	Name string
@@ -34,9 +37,9 @@ type Plan struct {
 	// TRT is the TensorRT release of the image's trtexec ("10.3.0");
 	// needed when a variant is a TensorRT one.
 	TRT string
-	// To is where the final tasks publish each checked part: gs://BUCKET/PREFIX
-	// (parts go to PREFIX/<gpu>/<variant>) or image:REPO:TAG (tags
-	// TAG-<gpu>-<variant>). Empty: the final tasks check and do not publish.
+	// To is where the final tasks publish the checked repository of each
+	// GPU type: gs://BUCKET/PREFIX (to PREFIX/<gpu>) or image:REPO:TAG (tags
+	// TAG-<gpu>). Empty: the final tasks check and do not publish.
 	To string
 	// Project and Region place the Cloud Run jobs.
 	Project, Region string
@@ -89,7 +92,7 @@ func (p Plan) Validate() error {
 		return fmt.Errorf("kiln image %q: want an image reference", p.Image)
 	}
 	if p.To != "" {
-		if _, err := p.destination(gpus[0], manifest.Variant{}); err != nil {
+		if _, err := p.destination(gpus[0]); err != nil {
 			return err
 		}
 	}
@@ -132,19 +135,18 @@ func (p Plan) Tasks(g GPU) []Task {
 	return out
 }
 
-// destination is where the final task of g publishes v.
-func (p Plan) destination(g GPU, v manifest.Variant) (string, error) {
-	id := forGPU(v, g).ID()
+// destination is where the final task of g publishes its repository.
+func (p Plan) destination(g GPU) (string, error) {
 	switch {
 	case strings.HasPrefix(p.To, "gs://") && safeGCS.MatchString(p.To):
-		return strings.TrimSuffix(p.To, "/") + "/" + g.Short + "/" + id, nil
+		return strings.TrimSuffix(p.To, "/") + "/" + g.Short, nil
 	case strings.HasPrefix(p.To, "image:") && safeImage.MatchString(p.To):
 		ref := strings.TrimPrefix(p.To, "image:")
 		if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") && !strings.Contains(ref, "@") {
-			return p.To + "-" + g.Short + "-" + id, nil
+			return p.To + "-" + g.Short, nil
 		}
 	}
-	return "", fmt.Errorf("--to %q: want gs://BUCKET/PREFIX or image:REPO:TAG (each part gets its own prefix or tag)", p.To)
+	return "", fmt.Errorf("--to %q: want gs://BUCKET/PREFIX or image:REPO:TAG (each GPU type gets its own prefix or tag)", p.To)
 }
 
 // buildScript is what a build task runs: it picks its variant by the index
@@ -169,21 +171,20 @@ func (p Plan) buildScript(g GPU, indexVar string) string {
 	return b.String()
 }
 
-// finalScript is what the final task of g runs: read every cached part
-// back, check it with kiln serve on this GPU ($KILN_SERVE_FLAGS: data and
-// thresholds) and publish it to its destination.
+// finalScript is what the final task of g runs: merge every cached part
+// of g into one repository, check it with kiln serve on this GPU
+// ($KILN_SERVE_FLAGS: data and thresholds) and publish it.
 func (p Plan) finalScript(g GPU) string {
 	var b strings.Builder
-	b.WriteString("set -eu\n")
+	b.WriteString("set -eu\nkiln pack")
 	for _, t := range p.Tasks(g) {
-		fmt.Fprintf(&b, "kiln pack --from \"$KILN_CACHE/%s\" --to dir:/work/parts/%s\n", t.Key, t.Variant)
+		fmt.Fprintf(&b, " \\\n  --from \"$KILN_CACHE/%s\"", t.Key)
 	}
-	for i, t := range p.Tasks(g) {
-		fmt.Fprintf(&b, "kiln serve /work/parts/%s ${KILN_SERVE_FLAGS:-}\n", t.Variant)
-		if p.To != "" {
-			dest, _ := p.destination(g, p.Variants[i]) // checked by Validate
-			fmt.Fprintf(&b, "kiln pack /work/parts/%s --to %s --progress plain\n", t.Variant, dest)
-		}
+	b.WriteString(" \\\n  --to dir:/work/repo --progress plain\n")
+	b.WriteString("kiln serve /work/repo ${KILN_SERVE_FLAGS:-}\n")
+	if p.To != "" {
+		dest, _ := p.destination(g) // checked by Validate
+		fmt.Fprintf(&b, "kiln pack /work/repo --to %s --progress plain\n", dest)
 	}
 	return b.String()
 }

@@ -164,6 +164,48 @@ func TestIndexToVariant(t *testing.T) {
 	}
 }
 
+// The final job of every GPU type, on both platforms, merges every cached
+// build of that GPU into one repository, serves it and publishes it to
+// that GPU's tag: the script is run with /bin/sh as the container runs it.
+func TestFinalAssembles(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	p := testPlan(t)
+	_, k8s, err := p.GKEJobs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cr, err := p.CloudRunJobs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for gi, g := range p.GPUs {
+		var from string
+		for _, task := range p.Tasks(g) {
+			from += " --from gs://my-bucket/kiln-cache/" + task.Key
+		}
+		want := "pack" + from + " --to dir:/work/repo --progress plain\n" +
+			"serve /work/repo --data gs://my-bucket/val\n" +
+			"pack /work/repo --to image:europe-docker.pkg.dev/my-project/models/resnet:1-" + g.Short + " --progress plain\n"
+		for _, c := range []corev1.Container{k8s[gi].Spec.Template.Spec.Containers[0], cr[gi].Spec.Template.Spec.Template.Spec.Containers[0]} {
+			dir := t.TempDir()
+			log := filepath.Join(dir, "log")
+			if err := os.WriteFile(filepath.Join(dir, "kiln"), []byte("#!/bin/sh\necho \"$*\" >> "+log+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(c.Command[0], c.Command[1:]...)
+			cmd.Env = append(envOf(c.Env), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "KILN_SERVE_FLAGS=--data gs://my-bucket/val")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s final: %v\n%s", g.Type, err, out)
+			}
+			if got, _ := os.ReadFile(log); string(got) != want {
+				t.Errorf("%s final ran\n%s\nwant\n%s", g.Type, got, want)
+			}
+		}
+	}
+}
+
 func envOf(env []corev1.EnvVar) []string {
 	var out []string
 	for _, e := range env {
