@@ -37,10 +37,10 @@ type Plan struct {
 	// TRT is the TensorRT release of the image's trtexec ("10.3.0");
 	// needed when a variant is a TensorRT one.
 	TRT string
-	// To is where the final tasks publish the checked repository of each
+	// To are where the final tasks publish the checked repository of each
 	// GPU type: gs://BUCKET/PREFIX (to PREFIX/<gpu>) or image:REPO:TAG (tags
-	// TAG-<gpu>). Empty: the final tasks check and do not publish.
-	To string
+	// TAG-<gpu>). None: the final tasks check and do not publish.
+	To []string
 	// Project and Region place the Cloud Run jobs.
 	Project, Region string
 	// CPU and Memory size each task (0: the GPU's recommended size).
@@ -91,8 +91,8 @@ func (p Plan) Validate() error {
 	if p.Image == "" || !safeImage.MatchString(p.Image) {
 		return fmt.Errorf("kiln image %q: want an image reference", p.Image)
 	}
-	if p.To != "" {
-		if _, err := p.destination(gpus[0]); err != nil {
+	for _, to := range p.To {
+		if _, err := destination(to, gpus[0]); err != nil {
 			return err
 		}
 	}
@@ -135,18 +135,18 @@ func (p Plan) Tasks(g GPU) []Task {
 	return out
 }
 
-// destination is where the final task of g publishes its repository.
-func (p Plan) destination(g GPU) (string, error) {
+// destination is where the final task of g publishes its repository for to.
+func destination(to string, g GPU) (string, error) {
 	switch {
-	case strings.HasPrefix(p.To, "gs://") && safeGCS.MatchString(p.To):
-		return strings.TrimSuffix(p.To, "/") + "/" + g.Short, nil
-	case strings.HasPrefix(p.To, "image:") && safeImage.MatchString(p.To):
-		ref := strings.TrimPrefix(p.To, "image:")
+	case strings.HasPrefix(to, "gs://") && safeGCS.MatchString(to):
+		return strings.TrimSuffix(to, "/") + "/" + g.Short, nil
+	case strings.HasPrefix(to, "image:") && safeImage.MatchString(to):
+		ref := strings.TrimPrefix(to, "image:")
 		if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") && !strings.Contains(ref, "@") {
-			return p.To + "-" + g.Short, nil
+			return to + "-" + g.Short, nil
 		}
 	}
-	return "", fmt.Errorf("--to %q: want gs://BUCKET/PREFIX or image:REPO:TAG (each GPU type gets its own prefix or tag)", p.To)
+	return "", fmt.Errorf("destination %q: want gs://BUCKET/PREFIX or image:REPO:TAG (each GPU type gets its own prefix or tag)", to)
 }
 
 // buildScript is what a build task runs: it picks its variant by the index
@@ -182,9 +182,13 @@ func (p Plan) finalScript(g GPU) string {
 	}
 	b.WriteString(" \\\n  --to dir:/work/repo --progress plain\n")
 	b.WriteString("kiln serve /work/repo ${KILN_SERVE_FLAGS:-}\n")
-	if p.To != "" {
-		dest, _ := p.destination(g) // checked by Validate
-		fmt.Fprintf(&b, "kiln pack /work/repo --to %s --progress plain\n", dest)
+	if len(p.To) > 0 {
+		b.WriteString("kiln pack /work/repo")
+		for _, to := range p.To {
+			dest, _ := destination(to, g) // checked by Validate
+			b.WriteString(" --to " + dest)
+		}
+		b.WriteString(" --progress plain\n")
 	}
 	return b.String()
 }

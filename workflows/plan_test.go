@@ -36,7 +36,7 @@ func testPlan(t *testing.T) Plan {
 	return Plan{
 		Name: "resnet", Source: "gs://my-bucket/models/resnet50.onnx", SourceDigest: testDigest,
 		Variants: vs, GPUs: gs, Cache: "gs://my-bucket/kiln-cache", Image: "europe-docker.pkg.dev/my-project/kiln/kiln:0.1",
-		TRT: "10.3.0", To: "image:europe-docker.pkg.dev/my-project/models/resnet:1", Project: "my-project", Region: "europe-west4",
+		TRT: "10.3.0", To: []string{"image:europe-docker.pkg.dev/my-project/models/resnet:1"}, Project: "my-project", Region: "europe-west4",
 	}
 }
 
@@ -242,7 +242,7 @@ func TestPlanRefuses(t *testing.T) {
 		{"cache not gs", func(p *Plan) { p.Cache = "/tmp/cache" }, "want gs://BUCKET/PREFIX"},
 		{"shell in source", func(p *Plan) { p.Source = "x; rm -rf /" }, "without spaces or quotes"},
 		{"trt without version", func(p *Plan) { p.TRT = "" }, "needs the TensorRT version"},
-		{"image without tag", func(p *Plan) { p.To = "image:reg/repo" }, "image:REPO:TAG"},
+		{"image without tag", func(p *Plan) { p.To = []string{"image:reg/repo"} }, "image:REPO:TAG"},
 		{"no variants", func(p *Plan) { p.Variants = nil }, "at least one variant"},
 		{"bad digest", func(p *Plan) { p.SourceDigest = "sha256:12" }, "sha256:<64 hex digits>"},
 	}
