@@ -30,6 +30,8 @@ func isSavedModelSource(source string) bool {
 // the ONNX bytes), so a rerun finds the same file and kiln.json the same
 // source digest. NAME is the SavedModel's directory name (its parent's for
 // a TF Serving version directory), which names the repository's models.
+// A local SavedModel whose files are those of an earlier import is not
+// imported again (importKey).
 func importedSource(ctx context.Context, source string) (string, *manifest.Import, error) {
 	if !isSavedModelSource(source) {
 		return source, nil, nil
@@ -39,6 +41,13 @@ func importedSource(ctx context.Context, source string) (string, *manifest.Impor
 		return "", nil, err
 	}
 	defer done()
+	key, err := newImportKey(ctx, fsys, source)
+	if err != nil {
+		return "", nil, err
+	}
+	if out, rec, ok := key.cached(); ok { // the same files, imported before
+		return out, rec, nil
+	}
 	m, err := savedmodel.Open(ctx, source, fsys)
 	if err != nil {
 		return "", nil, err
@@ -58,16 +67,15 @@ func importedSource(ctx context.Context, source string) (string, *manifest.Impor
 	}
 	digest := strings.TrimPrefix(string(manifest.DigestBytes(data)), "sha256:")
 	out := filepath.Join(ucd, "kiln", "import", digest[:16], savedModelName(source)+".onnx")
-	if _, err := os.Stat(out); err == nil {
-		return out, rec, nil
+	if _, err := os.Stat(out); err != nil {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return "", nil, err
+		}
+		if err := atomicfile.WriteFile(out, data, 0o644); err != nil {
+			return "", nil, fmt.Errorf("importing %s: %w", source, err)
+		}
 	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return "", nil, err
-	}
-	if err := atomicfile.WriteFile(out, data, 0o644); err != nil {
-		return "", nil, fmt.Errorf("importing %s: %w", source, err)
-	}
-	return out, rec, nil
+	return out, rec, key.save(out, rec)
 }
 
 // importRecord is what kiln.json keeps of an import: where from, which

@@ -2,7 +2,6 @@ package savedmodel_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/savedmodel"
-	"github.com/kiln-ml/kiln/savedmodel/smpb"
 	"github.com/kiln-ml/kiln/savedmodel/smtest"
 )
 
@@ -21,22 +19,8 @@ import (
 // float32 variables) and returns its directory and the variables' size.
 func bigModel(b *testing.B) (string, int64) {
 	const n, layers = 2048, 6
-	g := &smtest.Graph{}
-	out := g.Placeholder("x", smpb.DataType_DT_FLOAT, []int64{-1, n})
-	w := make([]float32, n*n)
-	for i := range w {
-		w[i] = float32(i%97) * 1e-4
-	}
-	for l := range layers {
-		k := g.ResourceVariable(fmt.Sprintf("dense_%d/kernel", l), []int64{n, n}, w)
-		out = g.Node(fmt.Sprintf("mm_%d", l), "MatMul", nil, out, k)
-	}
 	dir := b.TempDir()
-	err := g.Write(dir, smtest.Signature{
-		Inputs:  map[string]smtest.Arg{"x": {Tensor: "x:0", DType: smpb.DataType_DT_FLOAT, Dims: []int64{-1, n}}},
-		Outputs: map[string]smtest.Arg{"y": {Tensor: out + ":0", DType: smpb.DataType_DT_FLOAT}},
-	})
-	if err != nil {
+	if err := smtest.MatMulChain(dir, n, layers, 1); err != nil {
 		b.Fatal(err)
 	}
 	return dir, int64(layers * n * n * 4)
