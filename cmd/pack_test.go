@@ -64,6 +64,12 @@ func TestPackConvertServePushPull(t *testing.T) {
 			t.Errorf("%s differs after the round trip (%v)", rel, err)
 		}
 	}
+	// The repository read back, verdicts included, pushes to the same
+	// digest (README, Deploying: deploying what a plan's job published).
+	again, errOut, code := run(t, "pack", back, "--to", "image:"+ref, "--base", "scratch", "--insecure")
+	if code != 0 || !strings.Contains(first, strings.TrimSpace(again)) {
+		t.Errorf("pack of the read-back repository = exit %d, %q (%s); want the first push's line, in %q", code, again, errOut, first)
+	}
 }
 
 func TestPackUsage(t *testing.T) {
