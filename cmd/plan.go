@@ -23,6 +23,9 @@ type planOptions struct {
 	variants  []manifest.Variant
 	gpuTypes  []string
 	digest    string
+	calibData string
+	calibPre  string
+	calibRest []string // --calib-method and --calib-samples from the pipeline file (convert takes no seed)
 	trt       manifest.TRTSpec
 	platforms []string
 	output    string
@@ -30,7 +33,7 @@ type planOptions struct {
 }
 
 func (o *planOptions) addFlags(f *pflag.FlagSet) {
-	f.StringVarP(&o.file, "file", "f", "", "pipeline `FILE` (default $KILN_PIPELINE): its source:, variants:, target: (gpu_types, tensorrt), plan: (cache, image, project, region), name: and gs:// and image: destinations: are used where no argument or flag gives them")
+	f.StringVarP(&o.file, "file", "f", "", "pipeline `FILE` (default $KILN_PIPELINE): its source:, variants:, calibration:, target: (gpu_types, tensorrt), plan: (cache, image, project, region), name: and gs:// and image: destinations: are used where no argument or flag gives them")
 	listFlag(f, &o.matrix.Precisions, "precision", "fp32,fp16,int8", "precisions (default fp32)", manifest.ParsePrecision, func(p manifest.Precision) string { return string(p) })
 	listFlag(f, &o.matrix.Runtimes, "runtime", "onnx,trt", "runtimes (default onnx)", manifest.ParseRuntime, func(r manifest.Runtime) string { return string(r) })
 	listFlag(f, &o.matrix.MaxBatches, "max-batch", "ints", "max batch sizes (default: Triton's default for a batchable model)", intAtLeast(0), strconv.Itoa)
@@ -46,6 +49,8 @@ func (o *planOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.p.Cache, "cache", "", "build cache `gs://BUCKET/PREFIX` every job reads and writes (required)")
 	f.StringVar(&o.p.Image, "image", "", "kiln `IMAGE` the jobs run, with trtexec for TensorRT variants (required)")
 	trtVersionFlag(f, &o.trt, "TensorRT release of the image's trtexec (required for trt variants; part of the cache key)")
+	f.StringVar(&o.calibData, "calib-data", "", "calibration `DATA` the int8 builds calibrate on, as the jobs reach it (gs://...; required for int8 variants; part of their cache key)")
+	f.StringVar(&o.calibPre, "calib-preprocess", "", "image preprocessing of --calib-data, as kiln convert --calib-preprocess takes it")
 	f.StringVar(&o.digest, "source-digest", "", "sha256 `DIGEST` of MODEL (default: MODEL's, when it is a local file)")
 	f.StringArrayVar(&o.p.To, "to", nil, "`DEST` the final jobs publish each GPU type's checked repository to: gs://BUCKET/PREFIX (PREFIX/<gpu>) or image:REPO:TAG (TAG-<gpu>); repeatable (default: check only)")
 	f.StringVar(&o.p.Name, "name", "", "`NAME` starting every job's name (default: from MODEL)")
@@ -79,14 +84,17 @@ environment gives it data) and publishes it to --to (one repository per GPU
 type: an engine runs only on the GPU it was built for).
 
 MODEL is read by the jobs: a gs:// path or a path inside the kiln image.
-With -f the pipeline file gives what no argument or flag does: source: (as
-MODEL), variants:, target.gpu_types and target.tensorrt, plan.cache,
+An int8 variant's build calibrates on --calib-data (as kiln convert does),
+which keys its cache entry. With -f the pipeline file gives what no argument
+or flag does: source: (as MODEL), variants:, calibration:, target.gpu_types
+and target.tensorrt, plan.cache,
 plan.image, plan.project and plan.region, name: and the gs:// and image:
 destinations: (local ones are for kiln run; they are noted and left out).
 A flag given replaces the file's value ($KILN_PIPELINE names the file, as
 for kiln run).`,
 		Example: `  kiln plan gs://my-bucket/models/resnet50.onnx --source-digest sha256:... \
-    --variant onnx-fp16,trt-fp16,trt-int8 --gpu-types nvidia-l4,nvidia-rtx-pro-6000 \
+    --variant onnx-fp16,trt-fp16,trt-int8 --calib-data gs://my-bucket/calib --calib-preprocess imagenet \
+    --gpu-types nvidia-l4,nvidia-rtx-pro-6000 \
     --cache gs://my-bucket/kiln-cache --image europe-docker.pkg.dev/my-project/kiln/kiln:0.1 \
     --trt-version 10.3 --to image:europe-docker.pkg.dev/my-project/models/resnet:1 \
     --project my-project --region europe-west4 -o plan
@@ -156,6 +164,15 @@ func (o *planOptions) fromFile(f *pflag.FlagSet, args []string) ([]string, error
 			o.trt, _ = manifest.ParseTRTSpec(t.TensorRT) // checked when the file was read
 		}
 	}
+	if c := p.Calibration; c != nil {
+		set("calib-data", &o.calibData, c.Data)
+		set("calib-preprocess", &o.calibPre, c.Preprocess)
+		for _, f := range []struct{ flag, value string }{{"--calib-method", c.Method}, {"--calib-samples", strconv.Itoa(c.Samples)}} {
+			if f.value != "" && f.value != "0" {
+				o.calibRest = append(o.calibRest, f.flag, f.value)
+			}
+		}
+	}
 	if pl := p.Plan; pl != nil {
 		set("cache", &o.p.Cache, pl.Cache)
 		set("image", &o.p.Image, pl.Image)
@@ -194,6 +211,13 @@ func (o *planOptions) generate(model string) ([]workflows.File, error) {
 	}
 	if !o.trt.IsZero() {
 		o.p.TRT = o.trt.String()
+	}
+	if o.calibData != "" {
+		o.p.Calibration = []string{"--calib-data", o.calibData}
+		if o.calibPre != "" {
+			o.p.Calibration = append(o.p.Calibration, "--calib-preprocess", o.calibPre)
+		}
+		o.p.Calibration = append(o.p.Calibration, o.calibRest...)
 	}
 	o.p.SourceDigest = manifest.Digest(o.digest)
 	if o.digest == "" {

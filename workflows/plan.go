@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/kiln-ml/kiln/manifest"
@@ -48,6 +49,10 @@ type Plan struct {
 	Memory int64
 	// Parallelism is how many build tasks of a GPU type run at once (0: all).
 	Parallelism int
+	// Calibration are the kiln convert flags an int8 variant's build
+	// calibrates with (--calib-data gs://... and friends); an int8 variant
+	// needs them, and they key its cache entry.
+	Calibration []string
 }
 
 // Task is one index of a GPU type's build job: a variant built on that GPU.
@@ -68,6 +73,7 @@ const (
 var (
 	safeGCS   = regexp.MustCompile(`^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/[A-Za-z0-9._/-]*)?$`)
 	safeImage = regexp.MustCompile(`^[A-Za-z0-9._/:@-]+$`)
+	safeArg   = regexp.MustCompile(`^[A-Za-z0-9._/:=,+-]+$`)
 )
 
 // Validate checks the plan; every string a script holds is checked to be
@@ -103,6 +109,14 @@ func (p Plan) Validate() error {
 		if v.Runtime == manifest.RuntimeTRT && p.TRT == "" {
 			return fmt.Errorf("variant %s: a TensorRT variant needs the TensorRT version of the kiln image (it keys the cache)", v.ID())
 		}
+		if v.Precision == manifest.INT8 && len(p.Calibration) == 0 {
+			return fmt.Errorf("variant %s: an int8 variant needs calibration data (--calib-data gs://..., or calibration: in the pipeline file)", v.ID())
+		}
+	}
+	for _, a := range p.Calibration {
+		if !safeArg.MatchString(a) {
+			return fmt.Errorf("calibration flag %q: want letters, digits and ._/:=,+- only (no spaces or quotes)", a)
+		}
 	}
 	if p.TRT != "" {
 		if _, err := manifest.ParseTRTSpec(p.TRT); err != nil {
@@ -130,9 +144,18 @@ func (p Plan) Tasks(g GPU) []Task {
 	out := make([]Task, len(p.Variants))
 	for i, v := range p.Variants {
 		id := forGPU(v, g).ID()
-		out[i] = Task{Index: i, GPU: g.Type, Variant: id, Key: strings.Join([]string{p.SourceDigest.Hex(), id, trt, cc}, "/")}
+		parts := []string{p.SourceDigest.Hex(), id, trt, cc}
+		if v.Precision == manifest.INT8 {
+			parts = slices.Insert(parts, 2, p.calibKey())
+		}
+		out[i] = Task{Index: i, GPU: g.Type, Variant: id, Key: strings.Join(parts, "/")}
 	}
 	return out
+}
+
+// calibKey is the cache key part of an int8 build's calibration flags.
+func (p Plan) calibKey() string {
+	return "calib-" + manifest.DigestBytes([]byte(strings.Join(p.Calibration, "\x00"))).Hex()[:12]
 }
 
 // destination is where the final task of g publishes its repository for to.
@@ -154,13 +177,17 @@ func destination(to string, g GPU) (string, error) {
 func (p Plan) buildScript(g GPU, indexVar string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "set -eu\ncase \"${%s}\" in\n", indexVar)
-	for _, t := range p.Tasks(g) {
-		fmt.Fprintf(&b, "%d) variant=%s key=%s ;;\n", t.Index, t.Variant, t.Key)
+	for i, t := range p.Tasks(g) {
+		calib := ""
+		if p.Variants[i].Precision == manifest.INT8 {
+			calib = strings.Join(p.Calibration, " ")
+		}
+		fmt.Fprintf(&b, "%d) variant=%s key=%s calib='%s' ;;\n", t.Index, t.Variant, t.Key, calib)
 	}
 	fmt.Fprintf(&b, "*) echo \"kiln plan: no variant for index ${%s}\" >&2; exit 2 ;;\nesac\n", indexVar)
 	b.WriteString("if kiln pack --from \"$KILN_CACHE/$key\" --to dir:/work/cached >/dev/null 2>&1; then\n")
 	b.WriteString("  echo \"using existing $variant from $KILN_CACHE/$key\"; exit 0\nfi\n")
-	b.WriteString("kiln convert \"$KILN_SOURCE\" --repo /work/repo --variant \"$variant\"")
+	b.WriteString("kiln convert \"$KILN_SOURCE\" --repo /work/repo --variant \"$variant\" $calib")
 	if p.TRT != "" {
 		b.WriteString(" --trt-version " + p.TRT)
 	}
