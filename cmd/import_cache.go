@@ -36,10 +36,13 @@ type importEntry struct {
 // (savedmodel.ConvertOptions{}): a change to them changes every key.
 const importSettings = "tags=serve signature=serving_default"
 
-// newImportKey hashes the SavedModel at source; a gs:// source gets the
-// zero key.
+// newImportKey hashes the SavedModel at source; a gs:// source, or no user
+// cache directory, gets the zero key. A file whose size and modification
+// time are those recorded when it was last hashed (kiln/import/stats) is
+// not read again, as a source's digest is reused (manifest.Source.ModTime).
 func newImportKey(ctx context.Context, fsys dataset.FS, source string) (importKey, error) {
-	if strings.HasPrefix(source, "gs://") {
+	ucd, err := os.UserCacheDir()
+	if strings.HasPrefix(source, "gs://") || err != nil {
 		return importKey{}, nil
 	}
 	names, err := fsys.List(ctx, source)
@@ -47,34 +50,64 @@ func newImportKey(ctx context.Context, fsys dataset.FS, source string) (importKe
 		return importKey{}, fmt.Errorf("listing SavedModel %s: %w", source, err)
 	}
 	sort.Strings(names)
-	type file struct {
-		Name   string          `json:"name"`
-		Size   int64           `json:"size"`
-		Digest manifest.Digest `json:"digest"`
+	abs, _ := filepath.Abs(source)
+	statsPath := filepath.Join(ucd, "kiln", "import", "stats", manifest.DigestBytes([]byte(abs)).Hex()[:32]+".json")
+	var prev map[string]importFile
+	if b, err := os.ReadFile(statsPath); err == nil {
+		_ = json.Unmarshal(b, &prev) // an unreadable record hashes every file again
 	}
-	files := make([]file, 0, len(names))
+	files := make([]importFile, 0, len(names))
+	stats := map[string]importFile{}
 	for _, n := range names {
-		rc, err := fsys.Open(ctx, n)
+		rel, _ := filepath.Rel(source, n)
+		f, err := hashImportFile(ctx, fsys, n, filepath.ToSlash(rel), prev)
 		if err != nil {
 			return importKey{}, err
 		}
-		d, size, err := manifest.DigestReader(rc)
-		rc.Close()
-		if err != nil {
-			return importKey{}, fmt.Errorf("hashing %s: %w", n, err)
-		}
-		rel, _ := filepath.Rel(source, n)
-		files = append(files, file{filepath.ToSlash(rel), size, d})
+		files, stats[f.Name] = append(files, f), f
+	}
+	if b, err := json.Marshal(stats); err == nil && os.MkdirAll(filepath.Dir(statsPath), 0o755) == nil {
+		_ = atomicfile.WriteFile(statsPath, b, 0o644) // without it the next run hashes again
+	}
+	for i := range files {
+		files[i].ModTime = 0 // the key is the content's, not the times'
 	}
 	b, err := json.Marshal(map[string]any{"source": source, "options": importSettings, "tool": version(), "files": files})
 	if err != nil {
 		return importKey{}, err
 	}
-	ucd, err := os.UserCacheDir()
-	if err != nil {
-		return importKey{}, nil // no cache directory: nothing is recorded
-	}
 	return importKey{filepath.Join(ucd, "kiln", "import", "keys", manifest.DigestBytes(b).Hex()[:32]+".json")}, nil
+}
+
+// importFile is one file of a SavedModel as its key holds it.
+type importFile struct {
+	Name    string          `json:"name"`
+	Size    int64           `json:"size"`
+	ModTime int64           `json:"mod_time_ns,omitempty"`
+	Digest  manifest.Digest `json:"digest"`
+}
+
+// hashImportFile digests the file n (rel below the source), or takes the
+// digest from prev when its size and modification time are unchanged.
+func hashImportFile(ctx context.Context, fsys dataset.FS, n, rel string, prev map[string]importFile) (importFile, error) {
+	st, err := os.Stat(n)
+	if err != nil {
+		return importFile{}, err
+	}
+	f := importFile{Name: rel, Size: st.Size(), ModTime: st.ModTime().UnixNano()}
+	if p, ok := prev[rel]; ok && p.Size == f.Size && p.ModTime == f.ModTime && p.Digest.Validate() == nil {
+		f.Digest = p.Digest
+		return f, nil
+	}
+	rc, err := fsys.Open(ctx, n)
+	if err != nil {
+		return importFile{}, err
+	}
+	defer rc.Close()
+	if f.Digest, f.Size, err = manifest.DigestReader(rc); err != nil {
+		return importFile{}, fmt.Errorf("hashing %s: %w", n, err)
+	}
+	return f, nil
 }
 
 // cached returns the import recorded under k, if the ONNX it names is

@@ -116,6 +116,14 @@ func TestRunSavedModelSkipsImport(t *testing.T) {
 	if err != nil || len(man.Sources) != 1 || man.Sources[0].Imported == nil || man.Sources[0].Imported.Signature != "serving_default" {
 		t.Fatalf("kiln.json after the rerun: %v, sources %+v; want the import record", err, man.Sources)
 	}
+	// A new modification time, the same bytes: hashed again, the same key.
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(sm, "saved_model.pb"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	if touched := runStagesOf(t, "-f", file); touched["import"] != "skipped" {
+		t.Errorf("after touching saved_model.pb: %v, want import skipped (its content is unchanged)", touched)
+	}
 	if err := smtest.MatMulChain(sm, 64, 2, 2); err != nil { // other weights, same names and sizes
 		t.Fatal(err)
 	}
