@@ -55,10 +55,11 @@ test: ort models servers ## run every test (fetches what it needs first)
 	$(GO) test -count=1 ./...
 	GOEXPERIMENT= $(GO) test -count=1 -run 'AddKernels|AddRelu|Collect' ./calibrate/  # the scalar kernels too
 
-demo: ort build ## kiln run on the example pipeline (testdata/pipeline.yaml): calibrate, convert, serve, publish to a directory and an OCI layout (output in .cache/demo)
+demo: ort build ## kiln run on the example pipeline (testdata/pipeline.yaml): calibrate, convert, serve, publish to a directory and an OCI layout, then serve what the OCI layout holds (output in .cache/demo)
 	$(GO) run ./internal/testmodels/gen -images .cache/demo/images -n 64
 	$(KILN) run -f testdata/pipeline.yaml --progress plain
-	@echo "report: .cache/demo/report/report.html"
+	$(KILN) serve oci-layout:.cache/demo/oci --data .cache/demo/images --preprocess scale=0.00392157 --window 200ms -o .cache/demo/report-oci
+	@echo "report of the published OCI layout: .cache/demo/report-oci/report.html (of the repository: .cache/demo/report/report.html)"
 
 bench: ort ## run the benchmarks recorded in BENCHMARKS.md
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./onnx/ ./ort/ ./pbtxt/ ./calibrate/ ./convert/... ./internal/check/ ./serve/kserve/

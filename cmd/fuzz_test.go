@@ -35,7 +35,7 @@ func FuzzPipeline(f *testing.F) {
 	for _, s := range []string{
 		"model: x.onnx\nrepository: r\nvariants:\n  - onnx-fp32\n  - {runtime: onnx, precision: fp16, max_batch: 4}\n",
 		"variants:\n  - {runtime: trt, precision: int8, instances: 2, target: sm86}\n",
-		"variants: [onnx-fp33]\n", "calibrate: {}\n", "- a\n", "", "model: [1]\n", "variants:\n  - {runtime: [x]}\n",
+		"target: {gpu_types: [nvidia-l4, x]}\nplan: {cache: gs://b/c, image: i}\n", "variants: [onnx-fp33]\n", "calibrate: {}\n", "- a\n", "", "model: [1]\n", "variants:\n  - {runtime: [x]}\n",
 	} {
 		f.Add([]byte(s))
 	}

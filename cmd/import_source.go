@@ -33,7 +33,9 @@ func isSavedModelSource(source string) bool {
 // shapes are the command's --shape values: those naming an input the
 // signature leaves unranked give it its shape (-1 a dynamic dimension);
 // the others only shape random data, leaving the import's dimensions
-// dynamic where TensorFlow left them so.
+// dynamic where TensorFlow left them so. A local SavedModel whose files
+// and shapes are those of an earlier import is not imported again
+// (importKey).
 func importedSource(ctx context.Context, source string, shapes map[string][]int64) (string, *manifest.Import, error) {
 	if !isSavedModelSource(source) {
 		return source, nil, nil
@@ -43,6 +45,13 @@ func importedSource(ctx context.Context, source string, shapes map[string][]int6
 		return "", nil, err
 	}
 	defer done()
+	key, err := newImportKey(ctx, fsys, source, shapes)
+	if err != nil {
+		return "", nil, err
+	}
+	if out, rec, ok := key.cached(); ok { // the same files, imported before
+		return out, rec, nil
+	}
 	m, err := savedmodel.Open(ctx, source, fsys)
 	if err != nil {
 		return "", nil, err
@@ -62,16 +71,15 @@ func importedSource(ctx context.Context, source string, shapes map[string][]int6
 	}
 	digest := strings.TrimPrefix(string(manifest.DigestBytes(data)), "sha256:")
 	out := filepath.Join(ucd, "kiln", "import", digest[:16], savedModelName(source)+".onnx")
-	if _, err := os.Stat(out); err == nil {
-		return out, rec, nil
+	if _, err := os.Stat(out); err != nil {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return "", nil, err
+		}
+		if err := atomicfile.WriteFile(out, data, 0o644); err != nil {
+			return "", nil, fmt.Errorf("importing %s: %w", source, err)
+		}
 	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return "", nil, err
-	}
-	if err := atomicfile.WriteFile(out, data, 0o644); err != nil {
-		return "", nil, fmt.Errorf("importing %s: %w", source, err)
-	}
-	return out, rec, nil
+	return out, rec, key.save(out, rec)
 }
 
 // unrankedShapes keeps the shapes given for inputs of the default

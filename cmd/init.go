@@ -199,4 +199,12 @@ repository: models/{{.Name}}
 # target:
 #   gpu: sm89
 #   tensorrt: "10.3"
+#   gpu_types: [nvidia-l4]    # kiln plan -f: build every variant on these GPU types
+
+# kiln plan -f: the GKE and Cloud Run jobs that build the variants.
+# plan:
+#   cache: gs://bucket/kiln-cache
+#   image: registry.example.com/kiln/kiln:1
+#   project: my-project
+#   region: europe-west4
 `))

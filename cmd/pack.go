@@ -9,13 +9,14 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/pack"
 )
 
 type packOptions struct {
 	cfg         pack.Config
 	to          []string
-	from        string
+	from        []string
 	compression string
 	insecure    bool
 	format      string
@@ -26,7 +27,7 @@ type packOptions struct {
 
 func (o *packOptions) addFlags(f *pflag.FlagSet) {
 	f.StringArrayVar(&o.to, "to", nil, "`DEST` to publish to: dir:PATH, oci-layout:PATH[:TAG], oci-archive:FILE.tar[:TAG], image:REF or gs://BUCKET/PREFIX; repeatable")
-	f.StringVar(&o.from, "from", "", "read a repository back from `SRC` (image:REF, oci-layout:PATH[:TAG] or gs://BUCKET/PREFIX) into the dir: destination, instead of publishing REPO")
+	f.StringArrayVar(&o.from, "from", nil, "read a repository back from `SRC` (image:REF, oci-layout:PATH[:TAG], gs://BUCKET/PREFIX or dir:PATH) into the dir: destination, instead of publishing REPO; repeatable: the sources' models merge into one repository")
 	f.StringVar(&o.cfg.Base, "base", pack.DefaultBase, "base `IMAGE` of image destinations; scratch: a model-only image (KServe modelcar)")
 	choice(f, &o.compression, "compression", string(pack.Gzip), "compression of the repository layer", string(pack.Gzip), string(pack.Zstd))
 	trtVersionFlag(f, &o.cfg.Target.TRT, "refuse TensorRT plans not built with this TensorRT release (10.3 matches any 10.3.x)")
@@ -44,7 +45,7 @@ func (o *packOptions) addFlags(f *pflag.FlagSet) {
 func newPackCmd(g *globalOptions) *cobra.Command {
 	o := &packOptions{}
 	c := &cobra.Command{
-		Use:   "pack REPO --to DEST... | pack --from SRC --to dir:PATH",
+		Use:   "pack REPO --to DEST... | pack --from SRC... --to dir:PATH",
 		Short: "Publish a repository to directories, OCI layouts and registries, verified",
 		Long: `pack publishes one model repository to every --to destination in one run and
 checks what arrived against kiln.json: a directory copy file by file, an OCI
@@ -59,14 +60,23 @@ A gs:// destination gets one object per file under the prefix, uploaded in
 parallel (--jobs) with CRC32C checked; objects already there with the same
 size and CRC32C are not sent again, and kiln.json is removed first and
 written last, so a prefix holding kiln.json holds a complete repository.
-With --from it reads a repository back from an image, OCI layout or gs://.`,
+With --from it reads a repository back from an image, OCI layout or gs://,
+verified, into --to dir:PATH. Given several times, it merges the sources
+into one repository with one kiln.json: a model one source holds keeps its
+records (source, build, checks); a model several hold is kept once when its
+files are the same in each (a record without files, a variant a machine
+could not build, gives way to one with files) and is an error naming the
+model and file when they differ. Naming the target among the sources
+(--from dir:PATH) adds to it. The target is replaced only once everything
+is read and checked.`,
 		Example: `  kiln pack models --to dir:/srv/models
   kiln pack models --to image:us-docker.pkg.dev/proj/repo/resnet:1 --trt-version 10.3 --compute-capability sm89
   kiln pack models --to oci-archive:models.tar --base scratch
   kiln pack models --to gs://my-bucket/models/resnet --jobs 8 --delete
   kiln pack models --to gs://my-bucket/models/resnet --dry-run
   kiln pack --from image:registry.local/resnet:1 --to dir:restored
-  kiln pack --from gs://my-bucket/models/resnet --to dir:restored`,
+  kiln pack --from gs://my-bucket/models/resnet --to dir:restored
+  kiln pack --from gs://my-bucket/cache/onnx-fp16 --from gs://my-bucket/cache/trt-fp16-sm89 --to dir:assembled`,
 		Args: argsUsage(cobra.MaximumNArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			return o.run(c, g, args)
@@ -94,7 +104,7 @@ func (o *packOptions) run(c *cobra.Command, g *globalOptions, args []string) err
 	defer endProgress()
 	o.gcs.Progress = report
 	opts := []pack.Option{pack.WithLogger(g.logger(c.ErrOrStderr())), pack.WithRegistry(pack.DefaultRegistry(o.insecure)), pack.WithGCS(o.gcs)}
-	if o.from != "" {
+	if len(o.from) > 0 {
 		return o.pull(c, args, opts)
 	}
 	if len(args) != 1 {
@@ -139,21 +149,42 @@ func (o *packOptions) print(w io.Writer, pubs []pack.Publication) error {
 	return nil
 }
 
-// pull reads a repository back from --from into the one dir: destination.
+// pull reads the repositories of --from into the one dir: destination,
+// merging them when there are several: "SRC<TAB>DEST<TAB>DIGEST" lines.
 func (o *packOptions) pull(c *cobra.Command, args []string, opts []pack.Option) error {
-	src, err := pack.ParseDestination(o.from)
-	if err != nil {
-		return usageErr(fmt.Errorf("--from: %w", err))
+	var srcs []pack.Destination
+	for _, s := range o.from {
+		src, err := pack.ParseDestination(s)
+		if err != nil {
+			return usageErr(fmt.Errorf("--from: %w", err))
+		}
+		srcs = append(srcs, src)
 	}
 	if len(args) != 0 || len(o.cfg.To) != 1 || o.cfg.To[0].Kind != pack.KindDir {
 		return usageErr(errors.New("--from reads into one --to dir:PATH and takes no REPO"))
 	}
-	digest, err := pack.Pull(c.Context(), src, o.cfg.To[0].Path, opts...)
+	var digests []manifest.Digest
+	var err error
+	if len(srcs) == 1 && srcs[0].Kind != pack.KindDir {
+		var d manifest.Digest
+		d, err = pack.Pull(c.Context(), srcs[0], o.cfg.To[0].Path, opts...)
+		digests = []manifest.Digest{d}
+	} else {
+		digests, err = pack.Merge(c.Context(), srcs, o.cfg.To[0].Path, opts...)
+	}
+	var ce *pack.CollisionError
+	if errors.As(err, &ce) {
+		return &ExitError{Code: ExitCheck, Err: err}
+	}
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(c.OutOrStdout(), "%s\t%s\t%s\n", src, o.cfg.To[0], digest)
-	return err
+	for i, src := range srcs {
+		if _, err := fmt.Fprintf(c.OutOrStdout(), "%s\t%s\t%s\n", src, o.cfg.To[0], digests[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // dryRunGCS prints what publishing to the gs:// destinations would upload

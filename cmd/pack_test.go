@@ -64,6 +64,12 @@ func TestPackConvertServePushPull(t *testing.T) {
 			t.Errorf("%s differs after the round trip (%v)", rel, err)
 		}
 	}
+	// The repository read back, verdicts included, pushes to the same
+	// digest (README, Deploying: deploying what a plan's job published).
+	again, errOut, code := run(t, "pack", back, "--to", "image:"+ref, "--base", "scratch", "--insecure")
+	if code != 0 || !strings.Contains(first, strings.TrimSpace(again)) {
+		t.Errorf("pack of the read-back repository = exit %d, %q (%s); want the first push's line, in %q", code, again, errOut, first)
+	}
 }
 
 func TestPackUsage(t *testing.T) {
@@ -98,13 +104,7 @@ func TestPackGCS(t *testing.T) {
 	if _, errOut, code := run(t, "convert", tinynetPath, "--repo", repo, "--precision", "fp32"); code != 0 {
 		t.Fatalf("convert: exit %d: %s", code, errOut)
 	}
-	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{Scheme: "http", Host: "127.0.0.1", PublicHost: "127.0.0.1", Writer: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: "models"})
-	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(srv.URL(), "http://"))
+	srv := emulatorGCS(t, "models")
 	const to = "gs://models/tinynet"
 	out, errOut, code := run(t, "pack", repo, "--to", to, "--dry-run", "--allow-unchecked")
 	if code != 0 || !strings.Contains(out, "upload\t"+to+"/tinynet_onnx_fp32/1/model.onnx\t") || !strings.HasSuffix(strings.TrimSpace(out), to+"/kiln.json\t"+lastField(out)) {
@@ -143,4 +143,56 @@ func TestPackGCS(t *testing.T) {
 func lastField(s string) string {
 	s = strings.TrimSpace(s)
 	return s[strings.LastIndexByte(s, '\t')+1:]
+}
+
+// The parts of a plan's build cache, one variant a repository on the GCS
+// emulator and one local, merge into one repository that serve passes;
+// the same model with other bytes is refused (exit 3) naming it.
+func TestPackMergeServe(t *testing.T) {
+	dir := t.TempDir()
+	fp32, fp16 := filepath.Join(dir, "fp32"), filepath.Join(dir, "fp16")
+	for repo, p := range map[string]string{fp32: "fp32", fp16: "fp16"} {
+		if _, errOut, code := run(t, "convert", tinynetPath, "--repo", repo, "--precision", p); code != 0 {
+			t.Fatalf("convert %s: exit %d: %s", p, code, errOut)
+		}
+	}
+	emulatorGCS(t, "cache")
+	if _, errOut, code := run(t, "pack", fp32, "--to", "gs://cache/fp32", "--allow-unchecked"); code != 0 {
+		t.Fatalf("pack to gs://: exit %d: %s", code, errOut)
+	}
+	merged := filepath.Join(dir, "merged")
+	out, errOut, code := run(t, "pack", "--from", "gs://cache/fp32", "--from", "dir:"+fp16, "--to", "dir:"+merged)
+	if code != 0 || strings.Count(out, "\tdir:"+merged+"\tsha256:") != 2 {
+		t.Fatalf("pack --from --from = exit %d, %q, %s", code, out, errOut)
+	}
+	if out, errOut, code := run(t, "serve", merged, "--perf=false"); code != 0 || !strings.Contains(out, "tinynet_onnx_fp32") || !strings.Contains(out, "tinynet_onnx_fp16") {
+		t.Fatalf("serve on the merged repository = exit %d, %q, %s", code, out, errOut)
+	}
+	cfg := filepath.Join(fp16, "tinynet_onnx_fp16", "config.pbtxt")
+	b, _ := os.ReadFile(cfg)
+	// Another build of the same model: rebuilt with labels.
+	if _, errOut, code := run(t, "convert", tinynetPath, "--repo", fp16, "--precision", "fp16", "--labels", filepath.Join("..", "testdata", "tinynet_labels.txt")); code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, errOut)
+	}
+	if c, _ := os.ReadFile(cfg); string(c) == string(b) {
+		t.Fatal("the rebuild wrote the same config; the collision below would test nothing")
+	}
+	_, errOut, code = run(t, "pack", "--from", "dir:"+merged, "--from", "dir:"+fp16, "--to", "dir:"+merged)
+	if code != ExitCheck || !strings.Contains(errOut, "model tinynet_onnx_fp16: file config.pbtxt differs") {
+		t.Errorf("merging a changed model = exit %d, %q; want exit 3 naming the model and file", code, errOut)
+	}
+}
+
+// emulatorGCS starts the GCS emulator with an empty bucket and points kiln
+// at it through STORAGE_EMULATOR_HOST, as a user would.
+func emulatorGCS(t *testing.T, bucket string) *fakestorage.Server {
+	t.Helper()
+	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{Scheme: "http", Host: "127.0.0.1", PublicHost: "127.0.0.1", Writer: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: bucket})
+	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(srv.URL(), "http://"))
+	return srv
 }

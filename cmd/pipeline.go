@@ -17,6 +17,7 @@ import (
 	"github.com/kiln-ml/kiln/internal/check"
 	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/pack"
+	"github.com/kiln-ml/kiln/workflows"
 )
 
 // pipelineSchemaVersion is the schemaVersion this kiln reads.
@@ -41,6 +42,7 @@ type pipeline struct {
 	Destinations  []string             `yaml:"destinations" doc:"where kiln pack publishes: dir:PATH, oci-layout:PATH[:TAG], oci-archive:FILE.tar[:TAG], image:REF or gs://BUCKET/PREFIX (paths relative to this file)"`
 	Base          string               `yaml:"base" doc:"base image of image and OCI destinations (default: the Triton image pack names); scratch: a model-only image (KServe modelcar)"`
 	Target        *pipelineTarget      `yaml:"target" doc:"the GPU and TensorRT the engines are for"`
+	Plan          *pipelinePlan        `yaml:"plan" doc:"where kiln plan's GKE and Cloud Run jobs build the variants (kiln plan -f)"`
 	Report        string               `yaml:"report" doc:"directory for serve's report.html, report.md and report.json (default: <repository>.report)"`
 
 	path  string         // the file read
@@ -67,8 +69,17 @@ type pipelineChecks struct {
 
 // pipelineTarget is target:.
 type pipelineTarget struct {
-	GPU      string `yaml:"gpu" doc:"compute capability the engines are for: 8.9 or sm89"`
-	TensorRT string `yaml:"tensorrt" doc:"TensorRT release the engines are for: 10.3 accepts any 10.3.x"`
+	GPU      string   `yaml:"gpu" doc:"compute capability the engines are for: 8.9 or sm89"`
+	TensorRT string   `yaml:"tensorrt" doc:"TensorRT release the engines are for: 10.3 accepts any 10.3.x"`
+	GPUTypes []string `yaml:"gpu_types" doc:"GPU types kiln plan builds every variant on, one build job each (TensorRT engines for each type's compute capability): nvidia-l4, nvidia-rtx-pro-6000, ..."`
+}
+
+// pipelinePlan is plan:, what kiln plan's jobs run with.
+type pipelinePlan struct {
+	Cache   string `yaml:"cache" doc:"build cache gs://BUCKET/PREFIX every job reads and writes"`
+	Image   string `yaml:"image" doc:"kiln image the jobs run, with trtexec for TensorRT variants"`
+	Project string `yaml:"project" doc:"Google Cloud project of the Cloud Run jobs"`
+	Region  string `yaml:"region" doc:"Cloud Run region of the Cloud Run jobs"`
 }
 
 // pipelineVariant is one variants: item, an ID or a mapping.
@@ -317,6 +328,16 @@ func (p *pipeline) validate() error {
 		}
 		if _, err := manifest.ParseTRTSpec(t.TensorRT); t.TensorRT != "" && err != nil {
 			return p.at("target.tensorrt", err)
+		}
+		for i, g := range t.GPUTypes {
+			if _, err := workflows.LookupGPU(g); err != nil {
+				return p.at(fmt.Sprintf("target.gpu_types[%d]", i), err)
+			}
+		}
+	}
+	if pl := p.Plan; pl != nil && pl.Cache != "" {
+		if d, err := pack.ParseDestination(pl.Cache); err != nil || d.Kind != pack.KindGCS {
+			return p.at("plan.cache", fmt.Errorf("%q: want gs://BUCKET/PREFIX", pl.Cache))
 		}
 	}
 	return nil

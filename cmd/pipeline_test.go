@@ -49,6 +49,9 @@ func TestPipelineErrorsNameTheLine(t *testing.T) {
 		{"schemaVersion: 1\nsource: m.onnx\nversion: x\n", `:3: version: cannot unmarshal`},
 		{"schemaVersion: 1\nsource: m.onnx\nsource: n.onnx\n", `:3: "source" is given twice`},
 		{"source: m.onnx\nrepository: r\n", `:1: schemaVersion: 1 is missing`},
+		{"schemaVersion: 1\nsource: m.onnx\ntarget:\n  gpu_types: [nvidia-l4, nvidia-k80]\n", `:4: target.gpu_types[1]:`},
+		{"schemaVersion: 1\nsource: m.onnx\nplan:\n  cache: /tmp/cache\n", `:4: plan.cache: "/tmp/cache": want gs://BUCKET/PREFIX`},
+		{"schemaVersion: 1\nsource: m.onnx\nplan:\n  imag: reg/kiln:1\n", `:4: plan."imag" is not a setting`},
 	} {
 		path := filepath.Join(t.TempDir(), "pipeline.yaml")
 		if err := os.WriteFile(path, []byte(tc.file), 0o644); err != nil {

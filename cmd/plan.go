@@ -17,11 +17,15 @@ import (
 )
 
 type planOptions struct {
+	file      string
 	p         workflows.Plan
 	matrix    convert.Matrix
 	variants  []manifest.Variant
 	gpuTypes  []string
 	digest    string
+	calibData string
+	calibPre  string
+	calibRest []string // --calib-method and --calib-samples from the pipeline file (convert takes no seed)
 	trt       manifest.TRTSpec
 	platforms []string
 	output    string
@@ -29,6 +33,7 @@ type planOptions struct {
 }
 
 func (o *planOptions) addFlags(f *pflag.FlagSet) {
+	f.StringVarP(&o.file, "file", "f", "", "pipeline `FILE` (default $KILN_PIPELINE): its source:, variants:, calibration:, target: (gpu_types, tensorrt), plan: (cache, image, project, region), name: and gs:// and image: destinations: are used where no argument or flag gives them")
 	listFlag(f, &o.matrix.Precisions, "precision", "fp32,fp16,int8", "precisions (default fp32)", manifest.ParsePrecision, func(p manifest.Precision) string { return string(p) })
 	listFlag(f, &o.matrix.Runtimes, "runtime", "onnx,trt", "runtimes (default onnx)", manifest.ParseRuntime, func(r manifest.Runtime) string { return string(r) })
 	listFlag(f, &o.matrix.MaxBatches, "max-batch", "ints", "max batch sizes (default: Triton's default for a batchable model)", intAtLeast(0), strconv.Itoa)
@@ -44,8 +49,10 @@ func (o *planOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.p.Cache, "cache", "", "build cache `gs://BUCKET/PREFIX` every job reads and writes (required)")
 	f.StringVar(&o.p.Image, "image", "", "kiln `IMAGE` the jobs run, with trtexec for TensorRT variants (required)")
 	trtVersionFlag(f, &o.trt, "TensorRT release of the image's trtexec (required for trt variants; part of the cache key)")
+	f.StringVar(&o.calibData, "calib-data", "", "calibration `DATA` the int8 builds calibrate on, as the jobs reach it (gs://...; required for int8 variants; part of their cache key)")
+	f.StringVar(&o.calibPre, "calib-preprocess", "", "image preprocessing of --calib-data, as kiln convert --calib-preprocess takes it")
 	f.StringVar(&o.digest, "source-digest", "", "sha256 `DIGEST` of MODEL (default: MODEL's, when it is a local file)")
-	f.StringVar(&o.p.To, "to", "", "`DEST` the final jobs publish each checked build to: gs://BUCKET/PREFIX or image:REPO:TAG (default: check only)")
+	f.StringArrayVar(&o.p.To, "to", nil, "`DEST` the final jobs publish each GPU type's checked repository to: gs://BUCKET/PREFIX (PREFIX/<gpu>) or image:REPO:TAG (TAG-<gpu>); repeatable (default: check only)")
 	f.StringVar(&o.p.Name, "name", "", "`NAME` starting every job's name (default: from MODEL)")
 	f.StringVar(&o.p.Project, "project", "", "Google Cloud `PROJECT` of the Cloud Run jobs")
 	f.StringVar(&o.p.Region, "region", "", "Cloud Run `REGION` of the Cloud Run jobs")
@@ -60,7 +67,7 @@ func (o *planOptions) addFlags(f *pflag.FlagSet) {
 func newPlanCmd() *cobra.Command {
 	o := &planOptions{}
 	c := &cobra.Command{
-		Use:   "plan MODEL -o DIR",
+		Use:   "plan MODEL -o DIR | plan -f pipeline.yaml -o DIR",
 		Short: "Write GKE Indexed Jobs and Cloud Run jobs that build a variant matrix on GPUs",
 		Long: `plan expands a variant matrix (--precision × --runtime × --max-batch ×
 --instances, or --variant IDs) across --gpu-types into build jobs: per GPU
@@ -70,30 +77,122 @@ building variant i with kiln convert --variant ID (TensorRT variants for the
 GPU's compute capability, ID suffix _sm<cc>) and publishing it to the shared
 --cache, keyed by source digest, variant, TensorRT version and compute
 capability; a build already cached is not built again. Then, per GPU type, a
-final job (gke-final.yaml, cloudrun-final-<gpu>.yaml) reads the builds back,
-checks each with kiln serve on that GPU ($KILN_SERVE_FLAGS in the job's
-environment gives it data) and publishes it to --to.
+final job (gke-final.yaml, cloudrun-final-<gpu>.yaml) assembles that GPU's
+builds from the cache into one repository (kiln pack --from ... --from ...),
+checks it with kiln serve on that GPU ($KILN_SERVE_FLAGS in the job's
+environment gives it data) and publishes it to --to (one repository per GPU
+type: an engine runs only on the GPU it was built for).
 
-MODEL is read by the jobs: a gs:// path or a path inside the kiln image.`,
+MODEL is read by the jobs: a gs:// path or a path inside the kiln image.
+An int8 variant's build calibrates on --calib-data (as kiln convert does),
+which keys its cache entry. With -f the pipeline file gives what no argument
+or flag does: source: (as MODEL), variants:, calibration:, target.gpu_types
+and target.tensorrt, plan.cache,
+plan.image, plan.project and plan.region, name: and the gs:// and image:
+destinations: (local ones are for kiln run; they are noted and left out).
+A flag given replaces the file's value ($KILN_PIPELINE names the file, as
+for kiln run).`,
 		Example: `  kiln plan gs://my-bucket/models/resnet50.onnx --source-digest sha256:... \
-    --variant onnx-fp16,trt-fp16,trt-int8 --gpu-types nvidia-l4,nvidia-rtx-pro-6000 \
+    --variant onnx-fp16,trt-fp16,trt-int8 --calib-data gs://my-bucket/calib --calib-preprocess imagenet \
+    --gpu-types nvidia-l4,nvidia-rtx-pro-6000 \
     --cache gs://my-bucket/kiln-cache --image europe-docker.pkg.dev/my-project/kiln/kiln:0.1 \
     --trt-version 10.3 --to image:europe-docker.pkg.dev/my-project/models/resnet:1 \
-    --project my-project --region europe-west4 -o plan`,
-		Args: argsUsage(cobra.ExactArgs(1)),
+    --project my-project --region europe-west4 -o plan
+  kiln plan -f pipeline.yaml --source-digest sha256:... -o plan`,
+		Args: argsUsage(cobra.MaximumNArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
-			files, err := o.generate(args[0])
+			notes, err := o.fromFile(c.Flags(), args)
+			if err != nil {
+				return err
+			}
+			files, err := o.generate(o.p.Source)
 			if err != nil {
 				return err
 			}
 			if err := writeFiles(o.output, files); err != nil {
 				return err
 			}
-			return printManifests(c.OutOrStdout(), o.format, o.output, files, o.commands(files), nil, map[string]any{"tasks": o.tasks()})
+			return printManifests(c.OutOrStdout(), o.format, o.output, files, o.commands(files), notes, map[string]any{"tasks": o.tasks()})
 		},
 	}
 	o.addFlags(c.Flags())
 	return c
+}
+
+// fromFile sets what the pipeline file (-f, else $KILN_PIPELINE) gives and
+// no argument or flag does; the notes say what of it plan leaves out.
+func (o *planOptions) fromFile(f *pflag.FlagSet, args []string) ([]string, error) {
+	if v := os.Getenv("KILN_PIPELINE"); v != "" && !f.Changed("file") {
+		o.file = v
+	}
+	if len(args) == 1 {
+		o.p.Source = args[0]
+	}
+	if o.file == "" {
+		if len(args) == 0 {
+			return nil, usageErr(errors.New("give MODEL, or -f pipeline.yaml"))
+		}
+		return nil, nil
+	}
+	p, err := readPipeline(o.file)
+	if err != nil {
+		return nil, usageErr(err)
+	}
+	set := func(flag string, dst *string, v string) {
+		if !f.Changed(flag) && v != "" {
+			*dst = v
+		}
+	}
+	if len(args) == 0 {
+		if p.Source == "" {
+			return nil, usageErr(fmt.Errorf("%s:%d: source: is missing: the model the jobs build from (or give MODEL)", o.file, max(p.lines["source"], 1)))
+		}
+		o.p.Source = p.Source
+	}
+	matrix := false
+	for _, name := range []string{"precision", "runtime", "max-batch", "instances", "variant"} {
+		matrix = matrix || f.Changed(name)
+	}
+	if !matrix {
+		o.variants = p.variants()
+	}
+	if t := p.Target; t != nil {
+		if !f.Changed("gpu-types") && len(t.GPUTypes) > 0 {
+			o.gpuTypes = t.GPUTypes
+		}
+		if !f.Changed("trt-version") && t.TensorRT != "" {
+			o.trt, _ = manifest.ParseTRTSpec(t.TensorRT) // checked when the file was read
+		}
+	}
+	if c := p.Calibration; c != nil {
+		set("calib-data", &o.calibData, c.Data)
+		set("calib-preprocess", &o.calibPre, c.Preprocess)
+		for _, f := range []struct{ flag, value string }{{"--calib-method", c.Method}, {"--calib-samples", strconv.Itoa(c.Samples)}} {
+			if f.value != "" && f.value != "0" {
+				o.calibRest = append(o.calibRest, f.flag, f.value)
+			}
+		}
+	}
+	if pl := p.Plan; pl != nil {
+		set("cache", &o.p.Cache, pl.Cache)
+		set("image", &o.p.Image, pl.Image)
+		set("project", &o.p.Project, pl.Project)
+		set("region", &o.p.Region, pl.Region)
+	}
+	if p.Name != "" {
+		set("name", &o.p.Name, dnsName(p.Name))
+	}
+	var notes []string
+	if !f.Changed("to") {
+		for _, d := range p.Destinations {
+			if strings.HasPrefix(d, "gs://") || strings.HasPrefix(d, "image:") {
+				o.p.To = append(o.p.To, d)
+			} else {
+				notes = append(notes, "destination "+d+" is local to this machine: the jobs leave it out (kiln run publishes there)")
+			}
+		}
+	}
+	return notes, nil
 }
 
 // generate completes the plan from the arguments and writes it in memory.
@@ -112,6 +211,13 @@ func (o *planOptions) generate(model string) ([]workflows.File, error) {
 	}
 	if !o.trt.IsZero() {
 		o.p.TRT = o.trt.String()
+	}
+	if o.calibData != "" {
+		o.p.Calibration = []string{"--calib-data", o.calibData}
+		if o.calibPre != "" {
+			o.p.Calibration = append(o.p.Calibration, "--calib-preprocess", o.calibPre)
+		}
+		o.p.Calibration = append(o.p.Calibration, o.calibRest...)
 	}
 	o.p.SourceDigest = manifest.Digest(o.digest)
 	if o.digest == "" {

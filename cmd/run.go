@@ -162,9 +162,10 @@ type pipelineRun struct {
 	rows  []runRow
 	state runState
 
-	report progress.Reporter
-	model  string                      // the ONNX the stages read
-	calib  *manifest.CalibrationOutput // calibrate's output, for int8 and serve
+	report   progress.Reporter
+	model    string                      // the ONNX the stages read
+	imported *manifest.Import            // where model came from, for a SavedModel source
+	calib    *manifest.CalibrationOutput // calibrate's output, for int8 and serve
 }
 
 // runState is kiln-run.json: the key of the checks serve last passed and
@@ -233,17 +234,25 @@ func firstLine(s string) string {
 }
 
 // importStage makes the ONNX the other stages read: the source itself, or
-// a SavedModel's import (cached by content, as convert does).
+// a SavedModel's import, which is not redone while the SavedModel's files
+// are those it was imported from (importKey).
 func (r *pipelineRun) importStage(ctx context.Context) (string, bool, error) {
 	if !isSavedModelSource(r.p.Source) {
 		r.model = r.p.Source
 		return "ONNX source " + r.p.Source, false, nil
 	}
-	model, _, err := importedSource(ctx, r.p.Source, nil)
+	model, rec, ok, err := cachedImport(ctx, r.p.Source, nil)
 	if err != nil {
+		return "", false, err
+	}
+	if ok {
+		r.model, r.imported = model, rec
+		return "unchanged: imported to " + model, false, nil
+	}
+	if model, rec, err = importedSource(ctx, r.p.Source, nil); err != nil {
 		return "", true, err
 	}
-	r.model = model
+	r.model, r.imported = model, rec
 	return "imported to " + model, true, nil
 }
 
@@ -299,9 +308,9 @@ func (r *pipelineRun) calibrateStage(ctx context.Context) (string, bool, error) 
 func (r *pipelineRun) convertStage(ctx context.Context) (string, bool, error) {
 	o := &convertOptions{}
 	o.addFlags(pflag.NewFlagSet("convert", pflag.ContinueOnError))
-	// The source as given: convert records a SavedModel's import itself
-	// (from importedSource's cache, which the import stage filled).
-	o.cfg.Source, o.cfg.Repo, o.cfg.Name, o.cfg.Labels = r.p.Source, r.p.Repository, r.p.Name, r.p.Labels
+	// The ONNX the import stage made, and its import record for kiln.json
+	// (config's importedSource passes an ONNX file through).
+	o.cfg.Source, o.cfg.Repo, o.cfg.Name, o.cfg.Labels = r.model, r.p.Repository, r.p.Name, r.p.Labels
 	o.cfg.Variants = r.p.variants()
 	o.skipUnavail = r.o.skipUnavail
 	if t := r.p.Target; t != nil {
@@ -317,7 +326,7 @@ func (r *pipelineRun) convertStage(ctx context.Context) (string, bool, error) {
 	if err := o.config(ctx, nil); err != nil {
 		return "", false, err
 	}
-	o.cfg.Int8.Calibration = r.calib
+	o.cfg.Imported, o.cfg.Int8.Calibration = r.imported, r.calib
 	opts, err := o.collaborators(r.c, r.g)
 	if err != nil {
 		return "", false, err

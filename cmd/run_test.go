@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/kiln-ml/kiln/internal/testmodels"
+	"github.com/kiln-ml/kiln/manifest"
 	"github.com/kiln-ml/kiln/onnx"
+	"github.com/kiln-ml/kiln/savedmodel/smtest"
 )
 
 // writeRunPipeline writes a pipeline for tinynet (fp32 and fp16, no
@@ -86,6 +88,50 @@ func TestRunSkipsUnchangedStages(t *testing.T) {
 	}
 }
 
+// A SavedModel source is imported once: a rerun with its files unchanged
+// does no stage work, import included; changed variables import again
+// and rebuild the variants.
+func TestRunSavedModelSkipsImport(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
+	sm := filepath.Join(dir, "chain")
+	if _, err := smtest.MatMulChain(sm, 64, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "pipeline.yaml")
+	text := "schemaVersion: 1\nsource: chain\nvariants: [onnx-fp32, onnx-fp16]\nchecks: {perf: false}\nrepository: repo\n"
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if first := runStagesOf(t, "-f", file); first["import"] != "ran" || first["convert"] != "ran" {
+		t.Fatalf("first run = %v", first)
+	}
+	second := runStagesOf(t, "-f", file)
+	for _, s := range runStages {
+		if second[s] != "skipped" {
+			t.Errorf("rerun: %s %s, want skipped (%v)", s, second[s], second)
+		}
+	}
+	man, err := manifest.Read(filepath.Join(dir, "repo"))
+	if err != nil || len(man.Sources) != 1 || man.Sources[0].Imported == nil || man.Sources[0].Imported.Signature != "serving_default" {
+		t.Fatalf("kiln.json after the rerun: %v, sources %+v; want the import record", err, man.Sources)
+	}
+	// A new modification time, the same bytes: hashed again, the same key.
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(sm, "saved_model.pb"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	if touched := runStagesOf(t, "-f", file); touched["import"] != "skipped" {
+		t.Errorf("after touching saved_model.pb: %v, want import skipped (its content is unchanged)", touched)
+	}
+	if _, err := smtest.MatMulChain(sm, 64, 2, 2); err != nil { // other weights, same names and sizes
+		t.Fatal(err)
+	}
+	if third := runStagesOf(t, "-f", file); third["import"] != "ran" || third["convert"] != "ran" {
+		t.Errorf("after the variables changed = %v, want import and convert to run", third)
+	}
+}
+
 // --until stops after a stage; --only runs one on what the others left.
 func TestRunUntilOnly(t *testing.T) {
 	dir, file := writeRunPipeline(t, "")
@@ -129,27 +175,36 @@ func TestRunRefusesBeforeWork(t *testing.T) {
 	}
 }
 
-// BenchmarkRunRerun times kiln run on a model with 100 MB of weights
-// (testmodels.Wide(100)), then the rerun with nothing changed, side by
+// BenchmarkRunRerun times kiln run on a model with 100 MB of weights, an
+// ONNX file (testmodels.Wide(100)) or a SavedModel (smtest.MatMulChain:
+// six 2048×2048 kernels), then the rerun with nothing changed, side by
 // side (BENCHMARKS.md, "kiln run: rerun"):
 //
 //	go test ./cmd -run '^$' -bench RunRerun -benchtime 1x
 func BenchmarkRunRerun(b *testing.B) {
+	b.Run("onnx", func(b *testing.B) {
+		benchRerun(b, "wide.onnx", func(src string) error { return (&onnx.Model{Proto: testmodels.Wide(100, 1)}).Save(src) })
+	})
+	b.Run("savedmodel", func(b *testing.B) {
+		benchRerun(b, "chain", func(src string) error { _, err := smtest.MatMulChain(src, 2048, 6, 1); return err })
+	})
+}
+
+func benchRerun(b *testing.B, name string, write func(string) error) {
 	dir := b.TempDir()
 	b.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
-	src := filepath.Join(dir, "wide.onnx")
-	if err := (&onnx.Model{Proto: testmodels.Wide(100, 1)}).Save(src); err != nil {
+	if err := write(filepath.Join(dir, name)); err != nil {
 		b.Fatal(err)
 	}
 	file := filepath.Join(dir, "pipeline.yaml")
-	text := "schemaVersion: 1\nsource: wide.onnx\nvariants: [onnx-fp32, onnx-fp16]\nchecks: {window: 200ms}\n" +
+	text := "schemaVersion: 1\nsource: " + name + "\nvariants: [onnx-fp32, onnx-fp16]\nchecks: {window: 200ms}\n" +
 		"repository: repo\nbase: scratch\ndestinations: [dir:published, oci-layout:oci]\n"
 	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	var first, rerun time.Duration
+	var first, rerun, reimport time.Duration
 	for range b.N {
-		for _, p := range []string{"repo", "repo-report", "published", "oci"} {
+		for _, p := range []string{"repo", "repo-report", "published", "oci", "cache"} {
 			os.RemoveAll(filepath.Join(dir, p))
 		}
 		start := time.Now()
@@ -158,10 +213,21 @@ func BenchmarkRunRerun(b *testing.B) {
 		start = time.Now()
 		runOnce(b, file)
 		rerun += time.Since(start)
+		// The rerun as it was before imports were recorded: the SavedModel
+		// imported again, every other stage skipped.
+		os.RemoveAll(filepath.Join(dir, "cache", "kiln", "import", "keys"))
+		start = time.Now()
+		runOnce(b, file)
+		reimport += time.Since(start)
 	}
 	b.ReportMetric(first.Seconds()/float64(b.N), "first-s")
 	b.ReportMetric(rerun.Seconds()/float64(b.N), "rerun-s")
 	b.ReportMetric(100*rerun.Seconds()/first.Seconds(), "rerun-%")
+	if strings.HasSuffix(name, ".onnx") {
+		return
+	}
+	b.ReportMetric(reimport.Seconds()/float64(b.N), "reimport-s")
+	b.ReportMetric(100*rerun.Seconds()/reimport.Seconds(), "rerun/reimport-%")
 }
 
 func runOnce(b *testing.B, file string) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/kiln-ml/kiln/manifest"
@@ -14,8 +15,11 @@ import (
 // per pair, each running `kiln convert --variant ID` on a GPU of that type
 // and publishing the one-model repository it made to a shared gs:// build
 // cache keyed by (source digest, variant, TensorRT version, compute
-// capability); then, per GPU type, a final task reads the cached parts back,
-// checks them with kiln serve on that GPU and packs them.
+// capability); then, per GPU type, a final task merges every cached part
+// of that GPU into one repository (kiln pack --from ... --from ...), checks
+// it with kiln serve on that GPU and packs it. A final task is per GPU
+// type because a TensorRT engine runs only on the compute capability it
+// was built for: serve can check a repository on the GPU it is for.
 type Plan struct {
 	// Name starts every job's name.
 	Name string
@@ -34,10 +38,10 @@ type Plan struct {
 	// TRT is the TensorRT release of the image's trtexec ("10.3.0");
 	// needed when a variant is a TensorRT one.
 	TRT string
-	// To is where the final tasks publish each checked part: gs://BUCKET/PREFIX
-	// (parts go to PREFIX/<gpu>/<variant>) or image:REPO:TAG (tags
-	// TAG-<gpu>-<variant>). Empty: the final tasks check and do not publish.
-	To string
+	// To are where the final tasks publish the checked repository of each
+	// GPU type: gs://BUCKET/PREFIX (to PREFIX/<gpu>) or image:REPO:TAG (tags
+	// TAG-<gpu>). None: the final tasks check and do not publish.
+	To []string
 	// Project and Region place the Cloud Run jobs.
 	Project, Region string
 	// CPU and Memory size each task (0: the GPU's recommended size).
@@ -45,6 +49,10 @@ type Plan struct {
 	Memory int64
 	// Parallelism is how many build tasks of a GPU type run at once (0: all).
 	Parallelism int
+	// Calibration are the kiln convert flags an int8 variant's build
+	// calibrates with (--calib-data gs://... and friends); an int8 variant
+	// needs them, and they key its cache entry.
+	Calibration []string
 }
 
 // Task is one index of a GPU type's build job: a variant built on that GPU.
@@ -65,6 +73,7 @@ const (
 var (
 	safeGCS   = regexp.MustCompile(`^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/[A-Za-z0-9._/-]*)?$`)
 	safeImage = regexp.MustCompile(`^[A-Za-z0-9._/:@-]+$`)
+	safeArg   = regexp.MustCompile(`^[A-Za-z0-9._/:=,+-]+$`)
 )
 
 // Validate checks the plan; every string a script holds is checked to be
@@ -88,8 +97,8 @@ func (p Plan) Validate() error {
 	if p.Image == "" || !safeImage.MatchString(p.Image) {
 		return fmt.Errorf("kiln image %q: want an image reference", p.Image)
 	}
-	if p.To != "" {
-		if _, err := p.destination(gpus[0], manifest.Variant{}); err != nil {
+	for _, to := range p.To {
+		if _, err := destination(to, gpus[0]); err != nil {
 			return err
 		}
 	}
@@ -99,6 +108,14 @@ func (p Plan) Validate() error {
 		}
 		if v.Runtime == manifest.RuntimeTRT && p.TRT == "" {
 			return fmt.Errorf("variant %s: a TensorRT variant needs the TensorRT version of the kiln image (it keys the cache)", v.ID())
+		}
+		if v.Precision == manifest.INT8 && len(p.Calibration) == 0 {
+			return fmt.Errorf("variant %s: an int8 variant needs calibration data (--calib-data gs://..., or calibration: in the pipeline file)", v.ID())
+		}
+	}
+	for _, a := range p.Calibration {
+		if !safeArg.MatchString(a) {
+			return fmt.Errorf("calibration flag %q: want letters, digits and ._/:=,+- only (no spaces or quotes)", a)
 		}
 	}
 	if p.TRT != "" {
@@ -127,24 +144,32 @@ func (p Plan) Tasks(g GPU) []Task {
 	out := make([]Task, len(p.Variants))
 	for i, v := range p.Variants {
 		id := forGPU(v, g).ID()
-		out[i] = Task{Index: i, GPU: g.Type, Variant: id, Key: strings.Join([]string{p.SourceDigest.Hex(), id, trt, cc}, "/")}
+		parts := []string{p.SourceDigest.Hex(), id, trt, cc}
+		if v.Precision == manifest.INT8 {
+			parts = slices.Insert(parts, 2, p.calibKey())
+		}
+		out[i] = Task{Index: i, GPU: g.Type, Variant: id, Key: strings.Join(parts, "/")}
 	}
 	return out
 }
 
-// destination is where the final task of g publishes v.
-func (p Plan) destination(g GPU, v manifest.Variant) (string, error) {
-	id := forGPU(v, g).ID()
+// calibKey is the cache key part of an int8 build's calibration flags.
+func (p Plan) calibKey() string {
+	return "calib-" + manifest.DigestBytes([]byte(strings.Join(p.Calibration, "\x00"))).Hex()[:12]
+}
+
+// destination is where the final task of g publishes its repository for to.
+func destination(to string, g GPU) (string, error) {
 	switch {
-	case strings.HasPrefix(p.To, "gs://") && safeGCS.MatchString(p.To):
-		return strings.TrimSuffix(p.To, "/") + "/" + g.Short + "/" + id, nil
-	case strings.HasPrefix(p.To, "image:") && safeImage.MatchString(p.To):
-		ref := strings.TrimPrefix(p.To, "image:")
+	case strings.HasPrefix(to, "gs://") && safeGCS.MatchString(to):
+		return strings.TrimSuffix(to, "/") + "/" + g.Short, nil
+	case strings.HasPrefix(to, "image:") && safeImage.MatchString(to):
+		ref := strings.TrimPrefix(to, "image:")
 		if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") && !strings.Contains(ref, "@") {
-			return p.To + "-" + g.Short + "-" + id, nil
+			return to + "-" + g.Short, nil
 		}
 	}
-	return "", fmt.Errorf("--to %q: want gs://BUCKET/PREFIX or image:REPO:TAG (each part gets its own prefix or tag)", p.To)
+	return "", fmt.Errorf("destination %q: want gs://BUCKET/PREFIX or image:REPO:TAG (each GPU type gets its own prefix or tag)", to)
 }
 
 // buildScript is what a build task runs: it picks its variant by the index
@@ -152,13 +177,17 @@ func (p Plan) destination(g GPU, v manifest.Variant) (string, error) {
 func (p Plan) buildScript(g GPU, indexVar string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "set -eu\ncase \"${%s}\" in\n", indexVar)
-	for _, t := range p.Tasks(g) {
-		fmt.Fprintf(&b, "%d) variant=%s key=%s ;;\n", t.Index, t.Variant, t.Key)
+	for i, t := range p.Tasks(g) {
+		calib := ""
+		if p.Variants[i].Precision == manifest.INT8 {
+			calib = strings.Join(p.Calibration, " ")
+		}
+		fmt.Fprintf(&b, "%d) variant=%s key=%s calib='%s' ;;\n", t.Index, t.Variant, t.Key, calib)
 	}
 	fmt.Fprintf(&b, "*) echo \"kiln plan: no variant for index ${%s}\" >&2; exit 2 ;;\nesac\n", indexVar)
 	b.WriteString("if kiln pack --from \"$KILN_CACHE/$key\" --to dir:/work/cached >/dev/null 2>&1; then\n")
 	b.WriteString("  echo \"using existing $variant from $KILN_CACHE/$key\"; exit 0\nfi\n")
-	b.WriteString("kiln convert \"$KILN_SOURCE\" --repo /work/repo --variant \"$variant\"")
+	b.WriteString("kiln convert \"$KILN_SOURCE\" --repo /work/repo --variant \"$variant\" $calib")
 	if p.TRT != "" {
 		b.WriteString(" --trt-version " + p.TRT)
 	}
@@ -169,21 +198,24 @@ func (p Plan) buildScript(g GPU, indexVar string) string {
 	return b.String()
 }
 
-// finalScript is what the final task of g runs: read every cached part
-// back, check it with kiln serve on this GPU ($KILN_SERVE_FLAGS: data and
-// thresholds) and publish it to its destination.
+// finalScript is what the final task of g runs: merge every cached part
+// of g into one repository, check it with kiln serve on this GPU
+// ($KILN_SERVE_FLAGS: data and thresholds) and publish it.
 func (p Plan) finalScript(g GPU) string {
 	var b strings.Builder
-	b.WriteString("set -eu\n")
+	b.WriteString("set -eu\nkiln pack")
 	for _, t := range p.Tasks(g) {
-		fmt.Fprintf(&b, "kiln pack --from \"$KILN_CACHE/%s\" --to dir:/work/parts/%s\n", t.Key, t.Variant)
+		fmt.Fprintf(&b, " \\\n  --from \"$KILN_CACHE/%s\"", t.Key)
 	}
-	for i, t := range p.Tasks(g) {
-		fmt.Fprintf(&b, "kiln serve /work/parts/%s ${KILN_SERVE_FLAGS:-}\n", t.Variant)
-		if p.To != "" {
-			dest, _ := p.destination(g, p.Variants[i]) // checked by Validate
-			fmt.Fprintf(&b, "kiln pack /work/parts/%s --to %s --progress plain\n", t.Variant, dest)
+	b.WriteString(" \\\n  --to dir:/work/repo --progress plain\n")
+	b.WriteString("kiln serve /work/repo ${KILN_SERVE_FLAGS:-}\n")
+	if len(p.To) > 0 {
+		b.WriteString("kiln pack /work/repo")
+		for _, to := range p.To {
+			dest, _ := destination(to, g) // checked by Validate
+			b.WriteString(" --to " + dest)
 		}
+		b.WriteString(" --progress plain\n")
 	}
 	return b.String()
 }

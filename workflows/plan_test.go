@@ -36,7 +36,8 @@ func testPlan(t *testing.T) Plan {
 	return Plan{
 		Name: "resnet", Source: "gs://my-bucket/models/resnet50.onnx", SourceDigest: testDigest,
 		Variants: vs, GPUs: gs, Cache: "gs://my-bucket/kiln-cache", Image: "europe-docker.pkg.dev/my-project/kiln/kiln:0.1",
-		TRT: "10.3.0", To: "image:europe-docker.pkg.dev/my-project/models/resnet:1", Project: "my-project", Region: "europe-west4",
+		TRT: "10.3.0", To: []string{"image:europe-docker.pkg.dev/my-project/models/resnet:1"}, Project: "my-project", Region: "europe-west4",
+		Calibration: []string{"--calib-data", "gs://my-bucket/calib", "--calib-preprocess", "imagenet"},
 	}
 }
 
@@ -154,11 +155,57 @@ func TestIndexToVariant(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s %s=%d: %v\n%s", g.Type, job.indexVar, i, err, out)
 				}
-				want := "convert gs://my-bucket/models/resnet50.onnx --repo /work/repo --variant " + tasks[i].Variant + " --trt-version 10.3.0 --progress plain\n" +
+				calib := ""
+				if p.Variants[i].Precision == manifest.INT8 {
+					calib = " --calib-data gs://my-bucket/calib --calib-preprocess imagenet"
+				}
+				want := "convert gs://my-bucket/models/resnet50.onnx --repo /work/repo --variant " + tasks[i].Variant + calib + " --trt-version 10.3.0 --progress plain\n" +
 					"pack /work/repo --to gs://my-bucket/kiln-cache/" + tasks[i].Key + " --allow-unchecked --progress plain\n"
 				if got := string(logged); !strings.HasSuffix(got, want) {
 					t.Errorf("%s %s=%d ran\n%s\nwant it to end with\n%s", g.Type, job.indexVar, i, got, want)
 				}
+			}
+		}
+	}
+}
+
+// The final job of every GPU type, on both platforms, merges every cached
+// build of that GPU into one repository, serves it and publishes it to
+// that GPU's tag: the script is run with /bin/sh as the container runs it.
+func TestFinalAssembles(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	p := testPlan(t)
+	_, k8s, err := p.GKEJobs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cr, err := p.CloudRunJobs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for gi, g := range p.GPUs {
+		var from string
+		for _, task := range p.Tasks(g) {
+			from += " --from gs://my-bucket/kiln-cache/" + task.Key
+		}
+		want := "pack" + from + " --to dir:/work/repo --progress plain\n" +
+			"serve /work/repo --data gs://my-bucket/val\n" +
+			"pack /work/repo --to image:europe-docker.pkg.dev/my-project/models/resnet:1-" + g.Short + " --progress plain\n"
+		for _, c := range []corev1.Container{k8s[gi].Spec.Template.Spec.Containers[0], cr[gi].Spec.Template.Spec.Template.Spec.Containers[0]} {
+			dir := t.TempDir()
+			log := filepath.Join(dir, "log")
+			if err := os.WriteFile(filepath.Join(dir, "kiln"), []byte("#!/bin/sh\necho \"$*\" >> "+log+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(c.Command[0], c.Command[1:]...)
+			cmd.Env = append(envOf(c.Env), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "KILN_SERVE_FLAGS=--data gs://my-bucket/val")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s final: %v\n%s", g.Type, err, out)
+			}
+			if got, _ := os.ReadFile(log); string(got) != want {
+				t.Errorf("%s final ran\n%s\nwant\n%s", g.Type, got, want)
 			}
 		}
 	}
@@ -182,6 +229,14 @@ func TestTasksKeys(t *testing.T) {
 	if rtx[0].Variant != "onnx-fp16" || !strings.HasSuffix(rtx[0].Key, "/onnx-fp16/trt-10.3.0/sm120") {
 		t.Errorf("Tasks(rtx)[0] = %+v", rtx[0])
 	}
+	if !strings.HasPrefix(l4[2].Key, testDigest.Hex()+"/trt-int8-b16-x2-sm89/calib-") || strings.Contains(l4[1].Key, "calib-") {
+		t.Errorf("int8 key %s, fp16 key %s: want the calibration in the int8 key only", l4[2].Key, l4[1].Key)
+	}
+	other := p
+	other.Calibration = []string{"--calib-data", "gs://my-bucket/other"}
+	if k := other.Tasks(p.GPUs[0]); k[2].Key == l4[2].Key || k[1].Key != l4[1].Key {
+		t.Errorf("other calibration data: int8 key %s (was %s), fp16 key %s (was %s)", k[2].Key, l4[2].Key, k[1].Key, l4[1].Key)
+	}
 	seen := map[string]bool{}
 	for _, task := range append(l4, rtx...) {
 		if seen[task.Key] {
@@ -200,8 +255,10 @@ func TestPlanRefuses(t *testing.T) {
 		{"cache not gs", func(p *Plan) { p.Cache = "/tmp/cache" }, "want gs://BUCKET/PREFIX"},
 		{"shell in source", func(p *Plan) { p.Source = "x; rm -rf /" }, "without spaces or quotes"},
 		{"trt without version", func(p *Plan) { p.TRT = "" }, "needs the TensorRT version"},
-		{"image without tag", func(p *Plan) { p.To = "image:reg/repo" }, "image:REPO:TAG"},
+		{"image without tag", func(p *Plan) { p.To = []string{"image:reg/repo"} }, "image:REPO:TAG"},
 		{"no variants", func(p *Plan) { p.Variants = nil }, "at least one variant"},
+		{"int8 without calibration", func(p *Plan) { p.Calibration = nil }, "variant trt-int8-b16-x2: an int8 variant needs calibration data"},
+		{"shell in calibration", func(p *Plan) { p.Calibration = []string{"--calib-data", "gs://b/c d"} }, "no spaces or quotes"},
 		{"bad digest", func(p *Plan) { p.SourceDigest = "sha256:12" }, "sha256:<64 hex digits>"},
 	}
 	for _, c := range cases {

@@ -74,8 +74,8 @@ func (p Plan) k8sJob(g GPU, name, script string, completions int, indexed bool) 
 }
 
 // GKEJobs returns, per GPU type, the Indexed Job that builds every variant
-// (index i builds Tasks(g)[i]) and the Job that checks and publishes them,
-// to apply once the first has completed.
+// (index i builds Tasks(g)[i]) and the Job that assembles them into one
+// repository, checks and publishes it, to apply once the first has completed.
 func (p Plan) GKEJobs() (build, final []*batchv1.Job, err error) {
 	if err := p.Validate(); err != nil {
 		return nil, nil, err
@@ -151,7 +151,7 @@ func PlanFiles(p Plan, platforms []string) ([]File, error) {
 			for _, f := range []struct {
 				name, what string
 				jobs       []*batchv1.Job
-			}{{"gke-build.yaml", "GKE Indexed Jobs building every variant", build}, {"gke-final.yaml", "GKE Jobs checking and publishing the builds", final}} {
+			}{{"gke-build.yaml", "GKE Indexed Jobs building every variant", build}, {"gke-final.yaml", "GKE Jobs assembling, checking and publishing the builds", final}} {
 				objs := make([]any, len(f.jobs))
 				for i, j := range f.jobs {
 					objs[i] = j

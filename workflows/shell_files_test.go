@@ -17,7 +17,8 @@ type shellCmd struct {
 
 // shellLexer splits a POSIX shell script into simple commands as far as the
 // workflow files need it: quotes, backslash escapes and continuations,
-// comments, $NAME and ${NAME[:-default]} expansion, $(...) taken as one
+// comments, $NAME and ${NAME[:-default]} expansion (unquoted ones split
+// into fields at blanks), $(...) taken as one
 // opaque value, redirections dropped, here-documents skipped, and commands
 // separated by newlines, ;, &, &&, |, || and parentheses. Assignments alone
 // on a command set variables for the commands after them.
@@ -97,7 +98,7 @@ func (lx *shellLexer) run() error {
 				return err
 			}
 		case c == '$':
-			lx.add(lx.dollar())
+			lx.split(lx.dollar())
 		case c == '#' && !lx.inWord:
 			for lx.i < len(lx.src) && lx.src[lx.i] != '\n' {
 				lx.i++
@@ -130,6 +131,20 @@ func (lx *shellLexer) add(s string) {
 	}
 	lx.word.WriteString(s)
 	lx.inWord = true
+}
+
+// split adds an unquoted expansion: its fields split at blanks, as the
+// shell splits them (an empty one adds no word).
+func (lx *shellLexer) split(s string) {
+	for i, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' }) {
+		if i > 0 || strings.IndexAny(s[:1], " \t\n") == 0 {
+			lx.endWord()
+		}
+		lx.add(f)
+	}
+	if s != "" && strings.ContainsAny(s[len(s)-1:], " \t\n") {
+		lx.endWord()
+	}
 }
 
 // double reads a double-quoted string: only \ before $ ` " \ newline

@@ -17,7 +17,7 @@ import (
 func genSavedModel(dir string, mb int) error {
 	const n = 2048
 	layers := max(1, int((int64(mb)*1e6+n*n*2)/(n*n*4)))
-	_, err := smtest.MatMulChain(dir, n, layers)
+	_, err := smtest.MatMulChain(dir, n, layers, 1)
 	return err
 }
 
