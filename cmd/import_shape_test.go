@@ -84,3 +84,33 @@ func TestUnrankedRandomInputs(t *testing.T) {
 		}
 	}
 }
+
+// A pipeline file gives the unranked input its shape as --shape does:
+// kiln run imports, converts and serves tf1-regression.
+func TestRunUnrankedSavedModelShapes(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	src := testutil.Corpus(t, "savedmodel", "real", "tf1-regression-tf2onnx")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "pipeline.yaml")
+	text := "schemaVersion: 1\nsource: " + src + "\nshapes: [X=-1]\nvariants: [onnx-fp32, onnx-fp16]\nchecks: {perf: false}\nrepository: repo\n"
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stages := runStagesOf(t, "-f", file)
+	if stages["import"] != "ran" || stages["convert"] != "ran" || stages["serve"] != "ran" {
+		t.Fatalf("kiln run on tf1-regression with shapes: [X=-1] = %v", stages)
+	}
+	man, err := manifest.Read(filepath.Join(dir, "repo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if imp := man.Sources[0].Imported; imp == nil || !slices.Equal(imp.Inputs[0].Shape, []int64{-1}) || imp.Inputs[0].ShapeFrom != "given" {
+		t.Errorf("kiln.json import record %+v, want X [-1] given", imp)
+	}
+	for _, m := range man.Models {
+		var rec struct{ Verdict, By string }
+		if err := json.Unmarshal(m.Checks, &rec); err != nil || m.Status != manifest.StatusOK || rec.Verdict != "pass" || rec.By != "serve" {
+			t.Errorf("model %s: status %s, check %+v (%v); want ok and a passing serve verdict", m.Name, m.Status, rec, err)
+		}
+	}
+}

@@ -32,6 +32,7 @@ type pipeline struct {
 	SchemaVersion int                  `yaml:"schemaVersion" doc:"version of this file's format; 1"`
 	Source        string               `yaml:"source" doc:"the model: an ONNX file or a TensorFlow SavedModel directory, local or gs://; relative to this file"`
 	Model         string               `yaml:"model" doc:"older name of source"`
+	Shapes        []string             `yaml:"shapes" doc:"shapes for SavedModel inputs the signature leaves without a rank, as kiln import --shape: NAME=DIMS, -1 a dynamic dimension, e.g. X=-1"`
 	Calibration   *pipelineCalibration `yaml:"calibration" doc:"data int8 ranges are calibrated on (needed by int8 variants)"`
 	Variants      []pipelineVariant    `yaml:"variants" doc:"what to build: IDs such as trt-int8-b16-x4, or mappings (default onnx-fp32)"`
 	Checks        *pipelineChecks      `yaml:"checks" doc:"what kiln serve checks the repository with, and how strictly"`
@@ -297,6 +298,14 @@ func (p *pipeline) validate() error {
 	}
 	if p.Source == "" {
 		p.Source, p.lines["source"] = p.Model, p.lines["model"]
+	}
+	for i, v := range p.Shapes {
+		if _, err := check.ParseShapes([]string{v}); err != nil {
+			return p.at(fmt.Sprintf("shapes[%d]", i), err)
+		}
+	}
+	if _, err := check.ParseShapes(p.Shapes); err != nil {
+		return p.at("shapes", err)
 	}
 	if p.Version != 0 && p.Version != 1 {
 		return p.at("version", fmt.Errorf("%d: convert writes version 1", p.Version))

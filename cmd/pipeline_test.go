@@ -52,6 +52,8 @@ func TestPipelineErrorsNameTheLine(t *testing.T) {
 		{"schemaVersion: 1\nsource: m.onnx\ntarget:\n  gpu_types: [nvidia-l4, nvidia-k80]\n", `:4: target.gpu_types[1]:`},
 		{"schemaVersion: 1\nsource: m.onnx\nplan:\n  cache: /tmp/cache\n", `:4: plan.cache: "/tmp/cache": want gs://BUCKET/PREFIX`},
 		{"schemaVersion: 1\nsource: m.onnx\nplan:\n  imag: reg/kiln:1\n", `:4: plan."imag" is not a setting`},
+		{"schemaVersion: 1\nsource: m\nshapes:\n  - X=16\n  - X=abc\n", `:5: shapes[1]:`},
+		{"schemaVersion: 1\nsource: m\nshapes: [X=16, X=8]\n", `:3: shapes: --shape: input "X" is given twice`},
 	} {
 		path := filepath.Join(t.TempDir(), "pipeline.yaml")
 		if err := os.WriteFile(path, []byte(tc.file), 0o644); err != nil {

@@ -241,7 +241,8 @@ func (r *pipelineRun) importStage(ctx context.Context) (string, bool, error) {
 		r.model = r.p.Source
 		return "ONNX source " + r.p.Source, false, nil
 	}
-	model, rec, ok, err := cachedImport(ctx, r.p.Source, nil)
+	shapes, _ := check.ParseShapes(r.p.Shapes) // checked when the file was read
+	model, rec, ok, err := cachedImport(ctx, r.p.Source, shapes)
 	if err != nil {
 		return "", false, err
 	}
@@ -249,7 +250,7 @@ func (r *pipelineRun) importStage(ctx context.Context) (string, bool, error) {
 		r.model, r.imported = model, rec
 		return "unchanged: imported to " + model, false, nil
 	}
-	if model, rec, err = importedSource(ctx, r.p.Source, nil); err != nil {
+	if model, rec, err = importedSource(ctx, r.p.Source, shapes); err != nil {
 		return "", true, err
 	}
 	r.model, r.imported = model, rec
