@@ -209,3 +209,28 @@ func TestCalibrateAccuracyTarget(t *testing.T) {
 		t.Errorf("kiln convert --calib-dir --calib-accuracy-target = exit %d, stderr %q, want a usage error", code, stderr)
 	}
 }
+
+// A calibration that meets cosine=0.99 but has a sample below serve's
+// worst_cosine bound says so; one within serve's bounds says nothing.
+func TestServeInt8Misses(t *testing.T) {
+	agree := 0.97
+	a := &calibrate.Accuracy{Outputs: []calibrate.OutputAccuracy{
+		{Output: "probs", Cosine: 0.995, MinCosine: 0.96, Classifier: true, Top1: 0.99, Top5: 1},
+		{Output: "map", Cosine: 0.9907, MinCosine: 0.9383, Agreement: &agree},
+	}}
+	got := serveInt8Misses(a)
+	if len(got) != 1 || got[0] != "map worst_cosine 0.9383 < 0.95" {
+		t.Errorf("serveInt8Misses = %q, want the map's worst cosine only", got)
+	}
+	a.Outputs[1].MinCosine, a.Outputs[0].Top1 = 0.951, 0.9
+	if got := serveInt8Misses(a); len(got) != 1 || got[0] != "probs top1_agreement 0.9 < 0.98" {
+		t.Errorf("serveInt8Misses = %q, want the classifier's top-1 only", got)
+	}
+	var buf strings.Builder
+	if err := printCalibration(&buf, formatText, "out", &calibrate.Report{Accuracy: a}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "kiln serve's default int8 checks would refuse this model: probs top1_agreement 0.9 < 0.98") {
+		t.Errorf("calibrate's text output does not warn:\n%s", buf.String())
+	}
+}
