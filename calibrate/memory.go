@@ -27,8 +27,9 @@ import (
 // Below largeRun, where memory does not matter, sessions are ONNX Runtime's
 // defaults, which run faster: the statistics of small models are those of
 // plain inference at OptAll, bit for bit. Either layout computes the same
-// convolution, to float32 rounding: a model over largeRun calibrates to
-// ranges that may differ from the default sessions' in the last bits.
+// convolution, to float32 rounding: a model over largeRun sees activations
+// that differ from the default sessions' in the last bits, which can move
+// an entropy range by a histogram bin.
 
 // leanOptions are so for a large run: no NCHWc layout, no CPU arena.
 func leanOptions(so ort.SessionOptions) ort.SessionOptions {
