@@ -2,6 +2,7 @@ package ort_test
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -142,5 +143,24 @@ func TestNoNCHWc(t *testing.T) {
 	}
 	if n := blocked(ort.SessionOptions{DisabledOptimizers: []string{ort.NoNCHWc}}); n != 0 {
 		t.Errorf("with NoNCHWc the optimized model has %d NCHWc nodes, want 0", n)
+	}
+}
+
+// Unset, the lean options are not in the options' JSON, which calibrate's
+// cache keys digest: keys of configs without them stay as they were.
+func TestLeanOptionsJSON(t *testing.T) {
+	for _, tc := range []struct {
+		so   ort.SessionOptions
+		want bool
+	}{{ort.SessionOptions{IntraOpThreads: 2}, false}, {ort.SessionOptions{NoCPUArena: true, DisabledOptimizers: []string{ort.NoNCHWc}}, true}} {
+		data, err := json.Marshal(tc.so)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, field := range []string{"NoCPUArena", "DisabledOptimizers"} {
+			if got := strings.Contains(string(data), field); got != tc.want {
+				t.Errorf("%s: %s in JSON = %v, want %v", data, field, got, tc.want)
+			}
+		}
 	}
 }

@@ -114,11 +114,15 @@ type SessionOptions struct {
 	// by the largest run, for the life of the session. It changes memory,
 	// never results; it pays where several sessions are open at once or one
 	// run's tensors are large.
-	NoCPUArena bool
+	NoCPUArena bool `json:",omitempty"`
 	// DisabledOptimizers names ONNX Runtime graph transformers the session
 	// leaves out (optimization.disable_specified_optimizers), such as
-	// NoNCHWc's "NchwcTransformer".
-	DisabledOptimizers []string
+	// NoNCHWc's "NchwcTransformer". ONNX Runtime 1.24 ignores a name it
+	// does not know, without an error (TestNoNCHWc checks NoNCHWc's).
+	// Both are left out of the options' JSON when unset, so that the
+	// calibration cache keys of configs without them (calibrate.RunCached)
+	// are those from before they existed.
+	DisabledOptimizers []string `json:",omitempty"`
 }
 
 // NoNCHWc is the transformer that rewrites a CPU session's float32 Conv
