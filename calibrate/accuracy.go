@@ -82,6 +82,11 @@ func Evaluate(ctx context.Context, ref *onnx.Model, models []*Quantized, r Range
 		if err != nil {
 			return nil, err
 		}
+		if e.samples == 0 {
+			if err := e.leanIfLarge(ref, b.Tensors); err != nil {
+				return nil, err
+			}
+		}
 		if err := e.add(ctx, b); err != nil {
 			return nil, err
 		}
@@ -122,6 +127,8 @@ type evaluation struct {
 	// refOld is the fp32 model's last result, whose memory its next run
 	// reuses (ort.Session.RunReuse), as evalPlan.old is a quantized model's.
 	refOld map[string]*onnx.Tensor
+	// so are the options the sessions were opened with (see leanIfLarge).
+	so ort.SessionOptions
 }
 
 // evalPlan is what one quantized model is run for and its sums.
@@ -191,6 +198,7 @@ func newEvaluation(ref *onnx.Model, models []*Quantized, r Ranges) *evaluation {
 
 // open opens a session on every model with the tensors it fetches.
 func (e *evaluation) open(ref *onnx.Model, so ort.SessionOptions) error {
+	e.so = so
 	var err error
 	if e.refSess, err = openAugmented(ref, e.refFetch, so); err != nil {
 		return fmt.Errorf("opening the fp32 model: %w", err)

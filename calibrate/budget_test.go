@@ -24,30 +24,37 @@ func TestCollectMemoryBudget(t *testing.T) {
 	for i := range 2 {
 		batches = append(batches, batchesOf(t, memSource{input: "images", dims: []int64{3, testmodels.ResNetishSize, testmodels.ResNetishSize}, seed: uint64(i + 1), n: 24}, m.Inputs())...)
 	}
-	ranges := func(budget int64, scope Scope) []byte {
-		st, err := Collect(context.Background(), m, replay(batches), CollectOptions{MemoryBudget: budget, Scope: scope, Session: ort.SessionOptions{OptLevel: ort.OptDisabled}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkCounts(t, st)
-		r, err := st.Ranges(Entropy, MethodOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := json.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+	ranges := func(budget int64, scope Scope) string {
+		return collectedRanges(t, m, batches, CollectOptions{MemoryBudget: budget, Scope: scope, Session: ort.SessionOptions{OptLevel: ort.OptDisabled}})
 	}
 	for _, scope := range []Scope{ScopeQDQ, ScopeAll} {
 		whole := ranges(0, scope)
 		for _, budget := range []int64{1, 256 << 10} {
-			if got := ranges(budget, scope); string(got) != string(whole) {
+			if got := ranges(budget, scope); got != whole {
 				t.Errorf("scope %s, budget %d: ranges differ from unsplit runs", scope, budget)
 			}
 		}
 	}
+}
+
+// collectedRanges collects batches with opts and returns the entropy
+// ranges as JSON.
+func collectedRanges(t *testing.T, m *onnx.Model, batches []*dataset.Batch, opts CollectOptions) string {
+	t.Helper()
+	st, err := Collect(context.Background(), m, replay(batches), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, st)
+	r, err := st.Ranges(Entropy, MethodOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestFetchGroups(t *testing.T) {

@@ -326,6 +326,11 @@ func (c *collector) run(ctx context.Context, b *dataset.Batch, off, n, part int)
 	if sub = b.Slice(off, off+n); sub == nil { // not stacked by sample: run it whole
 		sub, n = b, len(b.IDs)
 	}
+	if !c.firstDone {
+		if err := c.leanIfLarge(sub.Tensors); err != nil {
+			return nil, nil, false, err
+		}
+	}
 	sess, want := c.sess, []string(nil)
 	if c.parts != nil {
 		// Every part computes the graph outputs; each tensor counts

@@ -468,14 +468,14 @@ func (j *job) report(ranges Ranges, samples int, q *Quantized) *Report {
 
 // validate measures the Q/DQ models against fp32 on the validation samples.
 // That also proves that the Q/DQ model loads and runs in ONNX Runtime;
-// without validation samples one calibration batch does that.
+// without validation samples one calibration batch does that (see check),
+// and there are no accuracies.
 func (rn *runner) validate(ctx context.Context, j *job, models []*Quantized, ranges Ranges) ([]*Accuracy, error) {
-	order, what := j.valid, "validate "
-	if len(order) == 0 {
-		order, what = j.calib[:min(len(j.calib), j.batch)], "check "
+	if len(j.valid) == 0 {
+		return nil, rn.check(ctx, j, models)
 	}
-	task := progress.Start(rn.progress, what+j.name, int64(len(order)), "samples")
-	accs, err := Evaluate(ctx, j.m, models, ranges, counted(dataset.Batches(ctx, j.src, order, j.bopts), task), j.cfg.Session)
+	task := progress.Start(rn.progress, "validate "+j.name, int64(len(j.valid)), "samples")
+	accs, err := Evaluate(ctx, j.m, models, ranges, counted(dataset.Batches(ctx, j.src, j.valid, j.bopts), task), j.cfg.Session)
 	task.Finish(err)
 	return accs, err
 }

@@ -89,3 +89,22 @@ func (s *Session) guessPlan(inputs map[string]*onnx.Tensor) []outShape {
 	}
 	return plan
 }
+
+// OutputBytes estimates the memory of the outputs a run over inputs
+// fetches, from the shapes ONNX Runtime inferred when the session opened
+// (SessionOptions.InferOutputShapes), before anything runs: the outputs a
+// first run pre-allocates (see guessPlan), each counted once; outputs whose
+// shape does not follow from the inputs count nothing. Without
+// InferOutputShapes it is 0.
+func (s *Session) OutputBytes(inputs map[string]*onnx.Tensor) int64 {
+	total := int64(0)
+	for _, p := range s.guessPlan(inputs) {
+		if p.state != shapeFixed {
+			continue
+		}
+		if n, err := onnx.NumElements(p.dims); err == nil {
+			total += int64(n) * int64(p.typ.Size())
+		}
+	}
+	return total
+}

@@ -108,7 +108,28 @@ type SessionOptions struct {
 	// OptimizedModelPath, when set, makes ONNX Runtime write the model after
 	// graph optimization to this file. Use OptBasic for a portable model.
 	OptimizedModelPath string
+	// NoCPUArena turns off ONNX Runtime's CPU memory arena for the session
+	// (DisableCpuMemArena): its intermediate tensors are allocated and freed
+	// run by run instead of being kept in an arena that only grows, sized
+	// by the largest run, for the life of the session. It changes memory,
+	// never results; it pays where several sessions are open at once or one
+	// run's tensors are large.
+	NoCPUArena bool `json:",omitempty"`
+	// DisabledOptimizers names ONNX Runtime graph transformers the session
+	// leaves out (optimization.disable_specified_optimizers), such as
+	// NoNCHWc's "NchwcTransformer". ONNX Runtime 1.24 ignores a name it
+	// does not know, without an error (TestNoNCHWc checks NoNCHWc's).
+	// Both are left out of the options' JSON when unset, so that the
+	// calibration cache keys of configs without them (calibrate.RunCached)
+	// are those from before they existed.
+	DisabledOptimizers []string `json:",omitempty"`
 }
+
+// NoNCHWc is the transformer that rewrites a CPU session's float32 Conv
+// nodes into ONNX Runtime's blocked NCHWc layout at OptAll. A tensor it
+// rewrites that is also fetched is then alive twice during a run: the
+// blocked one the next node reads and the plain copy made for the output.
+const NoNCHWc = "NchwcTransformer"
 
 // Validate checks the options without loading ONNX Runtime.
 func (o SessionOptions) Validate() error {
@@ -118,6 +139,11 @@ func (o SessionOptions) Validate() error {
 	}
 	if o.InterOpThreads < 0 {
 		errs = append(errs, fmt.Errorf("inter-op threads %d is negative", o.InterOpThreads))
+	}
+	for _, name := range o.DisabledOptimizers {
+		if name == "" || strings.ContainsAny(name, ", ") {
+			errs = append(errs, fmt.Errorf("disabled optimizer %q: want one transformer name", name))
+		}
 	}
 	if _, ok := optNames[o.OptLevel]; !ok {
 		errs = append(errs, fmt.Errorf("unknown optimization level %d", int(o.OptLevel)))
@@ -182,6 +208,16 @@ func (o SessionOptions) binding() (*ortgo.SessionOptions, error) {
 	}
 	if err := so.SetGraphOptimizationLevel(o.OptLevel.binding()); err != nil {
 		return nil, fmt.Errorf("setting optimization level: %w", err)
+	}
+	if o.NoCPUArena {
+		if err := so.SetCpuMemArena(false); err != nil {
+			return nil, fmt.Errorf("turning off the CPU memory arena: %w", err)
+		}
+	}
+	if len(o.DisabledOptimizers) > 0 {
+		if err := so.AddSessionConfigEntry("optimization.disable_specified_optimizers", strings.Join(o.DisabledOptimizers, ",")); err != nil {
+			return nil, fmt.Errorf("disabling optimizers %s: %w", strings.Join(o.DisabledOptimizers, ", "), err)
+		}
 	}
 	if o.OptimizedModelPath != "" {
 		if err := so.SetOptimizedModelFilePath(o.OptimizedModelPath); err != nil {

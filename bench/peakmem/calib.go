@@ -21,6 +21,14 @@ type calibOptions struct {
 	validation int    // calibrate.Config.Validation
 	budget     int64  // calibrate.Config.MemoryBudget
 	threads    int    // ONNX Runtime intra-op threads
+	noArena    bool   // plain inference without ONNX Runtime's CPU arena
+	preprocess string // dataset.Spec.Preprocess of image datasets
+}
+
+// spec is the dataset the samples come from.
+func (o calibOptions) spec() (dataset.Spec, error) {
+	p, err := dataset.ParsePreprocess(o.preprocess)
+	return dataset.Spec{Path: o.data, Preprocess: p}, err
 }
 
 // genLarge writes testmodels.LargeActivations(branches) to dir/model.onnx
@@ -75,11 +83,16 @@ func infer(ctx context.Context, model string, o calibOptions) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	src, err := dataset.Open(ctx, dataset.Spec{Path: o.data, Inputs: m.Inputs()}, nil)
+	spec, err := o.spec()
 	if err != nil {
 		return nil, err
 	}
-	sess, err := ort.NewSession(model, ort.SessionOptions{IntraOpThreads: o.threads})
+	spec.Inputs = m.Inputs()
+	src, err := dataset.Open(ctx, spec, nil)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := ort.NewSession(model, ort.SessionOptions{IntraOpThreads: o.threads, NoCPUArena: o.noArena})
 	if err != nil {
 		return nil, err
 	}
@@ -104,8 +117,12 @@ func calib(ctx context.Context, model string, o calibOptions) (any, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	spec, err := o.spec()
+	if err != nil {
+		return nil, err
+	}
 	cfg := calibrate.Config{
-		Model: model, Data: dataset.Spec{Path: o.data}, Samples: o.samples, Batch: 1,
+		Model: model, Data: spec, Samples: o.samples, Batch: 1,
 		Validation: o.validation, MemoryBudget: o.budget,
 		Session: ort.SessionOptions{IntraOpThreads: o.threads},
 	}

@@ -52,6 +52,8 @@ func main() {
 	flag.IntVar(&co.validation, "validation", 0, "calibrate.Config.Validation")
 	flag.Int64Var(&co.budget, "budget", 0, "calibrate.Config.MemoryBudget in bytes (0: none)")
 	flag.IntVar(&co.threads, "threads", 0, "ONNX Runtime intra-op threads (0: one per CPU)")
+	flag.BoolVar(&co.noArena, "noarena", false, "infer: turn off ONNX Runtime's CPU memory arena (ort.SessionOptions.NoCPUArena)")
+	flag.StringVar(&co.preprocess, "preprocess", "", "infer and calibrate: how images are read (dataset.ParsePreprocess)")
 	flag.Parse()
 	if *large > 0 || *smMB > 0 {
 		var err error
@@ -134,7 +136,7 @@ func run(gen int, out, mode string, co calibOptions, args []string) error {
 	peak := status("VmHWM")
 	runtime.KeepAlive(keep)
 	if mode == "infer" || mode == "calibrate" {
-		fmt.Printf("%s samples=%d validation=%d budget=%d peak=%dMiB peak_over_base=%dMiB time=%s\n", mode, co.samples, co.validation,
+		fmt.Printf("%s noarena=%v samples=%d validation=%d budget=%d peak=%dMiB peak_over_base=%dMiB time=%s\n", mode, co.noArena, co.samples, co.validation,
 			co.budget, peak>>20, (peak-base)>>20, dur.Round(time.Millisecond))
 		return nil
 	}
