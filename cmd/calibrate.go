@@ -247,8 +247,8 @@ func printCalibration(w io.Writer, format, dir string, r *calibrate.Report) erro
 			worst = append(worst, fmt.Sprintf("%s %.1f dB", t.Tensor, t.SQNR))
 		}
 		fmt.Fprintf(w, "worst tensors (SQNR): %s\n", strings.Join(worst, ", "))
-		if miss := serveInt8Misses(a); len(miss) > 0 {
-			fmt.Fprintf(w, "note: kiln serve's default int8 checks would refuse this model: %s; add the metric to --accuracy-target (e.g. min_cosine=0.95) or give serve a --threshold\n", strings.Join(miss, ", "))
+		if miss, target := serveInt8Misses(a); len(miss) > 0 {
+			fmt.Fprintf(w, "note: kiln serve's default int8 checks would refuse this model: %s; --accuracy-target %s asks calibrate for them (or give serve a --threshold)\n", strings.Join(miss, ", "), target)
 		}
 	}
 	if t := r.Target; t != nil {
@@ -263,30 +263,34 @@ func printCalibration(w io.Writer, format, dir string, r *calibrate.Report) erro
 }
 
 // serveInt8Misses lists what of a an int8 variant would fail in kiln
-// serve's default checks (check.Defaults): a target of cosine=0.99 alone
-// can be met by a model whose worst sample serve refuses.
-func serveInt8Misses(a *calibrate.Accuracy) []string {
+// serve's default checks (check.Defaults), and the --accuracy-target that
+// asks for it: a target of cosine=0.99 alone can be met by a model whose
+// worst sample serve refuses.
+func serveInt8Misses(a *calibrate.Accuracy) (miss []string, target string) {
 	th := check.Defaults(manifest.INT8)
-	var miss []string
-	add := func(out, metric string, v, min float64) {
+	var want []string
+	add := func(out, metric, targetMetric string, v, min float64) {
 		if v < min {
 			miss = append(miss, fmt.Sprintf("%s %s %.4g < %g", out, metric, v, min))
+			if t := fmt.Sprintf("%s=%g", targetMetric, min); !slices.Contains(want, t) {
+				want = append(want, t)
+			}
 		}
 	}
 	for _, o := range a.Outputs {
-		add(o.Output, "cosine", o.Cosine, th.MinCosine)
-		add(o.Output, "worst_cosine", o.MinCosine, th.MinWorstCosine)
+		add(o.Output, "cosine", "cosine", o.Cosine, th.MinCosine)
+		add(o.Output, "worst_cosine", "min_cosine", o.MinCosine, th.MinWorstCosine)
 		if o.Classifier {
-			add(o.Output, "top1_agreement", o.Top1, th.MinTop1)
+			add(o.Output, "top1_agreement", "top1", o.Top1, th.MinTop1)
 			if o.Top5 > 0 { // 0: fewer than 5 classes
-				add(o.Output, "top5_agreement", o.Top5, th.MinTop5)
+				add(o.Output, "top5_agreement", "top5", o.Top5, th.MinTop5)
 			}
 		}
 		if o.Agreement != nil {
-			add(o.Output, "agreement", *o.Agreement, th.MinAgreement)
+			add(o.Output, "agreement", "agreement", *o.Agreement, th.MinAgreement)
 		}
 	}
-	return miss
+	return miss, strings.Join(want, ",")
 }
 
 // printTarget prints what the search for the accuracy target did: each

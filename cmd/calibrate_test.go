@@ -218,19 +218,19 @@ func TestServeInt8Misses(t *testing.T) {
 		{Output: "probs", Cosine: 0.995, MinCosine: 0.96, Classifier: true, Top1: 0.99, Top5: 1},
 		{Output: "map", Cosine: 0.9907, MinCosine: 0.9383, Agreement: &agree},
 	}}
-	got := serveInt8Misses(a)
-	if len(got) != 1 || got[0] != "map worst_cosine 0.9383 < 0.95" {
-		t.Errorf("serveInt8Misses = %q, want the map's worst cosine only", got)
+	got, target := serveInt8Misses(a)
+	if len(got) != 1 || got[0] != "map worst_cosine 0.9383 < 0.95" || target != "min_cosine=0.95" {
+		t.Errorf("serveInt8Misses = %q, %q; want the map's worst cosine only", got, target)
 	}
 	a.Outputs[1].MinCosine, a.Outputs[0].Top1 = 0.951, 0.9
-	if got := serveInt8Misses(a); len(got) != 1 || got[0] != "probs top1_agreement 0.9 < 0.98" {
-		t.Errorf("serveInt8Misses = %q, want the classifier's top-1 only", got)
+	if got, target := serveInt8Misses(a); len(got) != 1 || got[0] != "probs top1_agreement 0.9 < 0.98" || target != "top1=0.98" {
+		t.Errorf("serveInt8Misses = %q, %q; want the classifier's top-1 only", got, target)
 	}
 	var buf strings.Builder
 	if err := printCalibration(&buf, formatText, "out", &calibrate.Report{Accuracy: a}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(buf.String(), "kiln serve's default int8 checks would refuse this model: probs top1_agreement 0.9 < 0.98") {
+	if !strings.Contains(buf.String(), "kiln serve's default int8 checks would refuse this model: probs top1_agreement 0.9 < 0.98; --accuracy-target top1=0.98 asks") {
 		t.Errorf("calibrate's text output does not warn:\n%s", buf.String())
 	}
 }
