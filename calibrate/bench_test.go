@@ -6,12 +6,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,7 +203,7 @@ func BenchmarkCalibrateScope(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ns := []int{256, 1024}
+			ns := scopeNs(b)
 			all := batchesOfSize(b, memSource{input: sig[0].Name, dims: bm.dims, seed: 1, n: ns[len(ns)-1]}, sig, batch)
 			scopes := []Scope{ScopeQDQ, ScopeAll}
 			infer := make([]time.Duration, len(ns))
@@ -235,6 +237,22 @@ func BenchmarkCalibrateScope(b *testing.B) {
 			b.ReportMetric(0, "ns/op") // an iteration is six different jobs
 		})
 	}
+}
+
+// scopeN is BenchmarkCalibrateScope's sample counts, for profiling at a
+// smaller N than the recorded 256 and 1024.
+var scopeN = flag.String("scope-n", "256,1024", "BenchmarkCalibrateScope: comma-separated sample counts")
+
+func scopeNs(b *testing.B) []int {
+	var ns []int
+	for _, f := range strings.Split(*scopeN, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("-scope-n: %q is not a positive count", f)
+		}
+		ns = append(ns, n)
+	}
+	return ns
 }
 
 // inferJob opens a session on model, runs every batch, handing each result

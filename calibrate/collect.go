@@ -353,6 +353,11 @@ func (c *collector) addRuns(st *Stats) {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
+	st.pool = newWorkerPool(workers)
+	defer func() {
+		st.pool.close()
+		st.pool = nil
+	}()
 	first := true
 	for r := range c.ran {
 		if first {

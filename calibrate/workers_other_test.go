@@ -1,0 +1,5 @@
+//go:build !linux
+
+package calibrate
+
+func threadPolicy() int { return -1 }
