@@ -70,6 +70,10 @@ const benchBatch = 32
 // itself, ONNX Runtime counts physical cores, which on a 2-vCPU VM is one.
 var benchSession = ort.SessionOptions{IntraOpThreads: runtime.NumCPU()}
 
+// noSpin is benchSession with threads that sleep while they wait, as
+// calibration's sessions run (see openAugmented).
+var noSpin = ort.SessionOptions{IntraOpThreads: runtime.NumCPU(), NoSpinning: true}
+
 // BenchmarkCalibrate times, side by side in one loop, three jobs over the
 // same N samples: plain ONNX Runtime inference (the baseline: open a
 // session, run every batch, close), the augmented model alone (the same
@@ -187,8 +191,11 @@ func BenchmarkCalibrate(b *testing.B) {
 // entropy ranges) in the two scopes: qdq (the default: only the tensors the
 // Q/DQ model quantizes) and all (every tensor, for --trt-cache and
 // --ort-table), on ResNetish(64) and the light inception_v1 at N = 256 and
-// 1024. Metrics: qdq/infer@N and all/infer@N, the time of each scope's
-// calibration over plain inference of the same samples.
+// 1024 (-scope-n). Metrics: qdq/infer@N and all/infer@N, the time of each
+// scope's calibration over plain inference of the same samples (ONNX
+// Runtime's default spinning threads), the same over plain inference whose
+// threads do not spin, as calibration's do (…/infer-nospin@N), and both in
+// CPU time (…-cpu@N).
 func BenchmarkCalibrateScope(b *testing.B) {
 	initORT(b)
 	for _, bm := range benchModels {
@@ -206,7 +213,7 @@ func BenchmarkCalibrateScope(b *testing.B) {
 			ns := scopeNs(b)
 			all := batchesOfSize(b, memSource{input: sig[0].Name, dims: bm.dims, seed: 1, n: ns[len(ns)-1]}, sig, batch)
 			scopes := []Scope{ScopeQDQ, ScopeAll}
-			infer := make([]jobTime, len(ns))
+			infer, quiet := make([]jobTime, len(ns)), make([]jobTime, len(ns))
 			calib := make([][]jobTime, len(ns))
 			for i := range calib {
 				calib[i] = make([]jobTime, len(scopes))
@@ -215,6 +222,7 @@ func BenchmarkCalibrateScope(b *testing.B) {
 				for i, n := range ns {
 					batches := all[:n/batch]
 					infer[i].run(b, func() error { return inferJob(data, batches) })
+					quiet[i].run(b, func() error { return inferJobWith(data, batches, noSpin) })
 					for k, scope := range scopes {
 						calib[i][k].run(b, func() error {
 							st, err := Collect(context.Background(), m, replay(batches), CollectOptions{Session: benchSession, Scope: scope})
@@ -231,8 +239,10 @@ func BenchmarkCalibrateScope(b *testing.B) {
 				b.ReportMetric(float64(infer[i].wall.Microseconds())/float64(b.N*n), fmt.Sprintf("infer-µs/sample@%d", n))
 				for k, scope := range scopes {
 					b.ReportMetric(float64(calib[i][k].wall)/float64(infer[i].wall), fmt.Sprintf("%s/infer@%d", scope, n))
+					b.ReportMetric(float64(calib[i][k].wall)/float64(quiet[i].wall), fmt.Sprintf("%s/infer-nospin@%d", scope, n))
 					if infer[i].cpu > 0 {
 						b.ReportMetric(float64(calib[i][k].cpu)/float64(infer[i].cpu), fmt.Sprintf("%s/infer-cpu@%d", scope, n))
+						b.ReportMetric(float64(calib[i][k].cpu)/float64(quiet[i].cpu), fmt.Sprintf("%s/infer-nospin-cpu@%d", scope, n))
 					}
 				}
 			}
@@ -248,7 +258,7 @@ func BenchmarkCalibrateScope(b *testing.B) {
 // one per CPU each, on ResNetish(64) at N = 256 (-threads-n): the numbers
 // --threads 0 is chosen by. Metrics: qdq-TxW/infer (T threads, W workers)
 // and the same in CPU time (…-cpu), and plain inference with one thread
-// (infer-1/infer).
+// (infer-1/infer) and with threads that do not spin (infer-nospin/infer).
 func BenchmarkCalibrateThreads(b *testing.B) {
 	initORT(b)
 	bm := benchModels[1]
@@ -267,11 +277,12 @@ func BenchmarkCalibrateThreads(b *testing.B) {
 			splits = append(splits, split{t, w})
 		}
 	}
-	var infer, infer1 jobTime
+	var infer, infer1, quiet jobTime
 	calib := make([]jobTime, len(splits))
 	for b.Loop() {
 		infer.run(b, func() error { return inferJob(data, batches) })
 		infer1.run(b, func() error { return inferJobWith(data, batches, ort.SessionOptions{IntraOpThreads: 1}) })
+		quiet.run(b, func() error { return inferJobWith(data, batches, noSpin) })
 		for k, sp := range splits {
 			calib[k].run(b, func() error {
 				so := benchSession
@@ -292,6 +303,7 @@ func BenchmarkCalibrateThreads(b *testing.B) {
 		}
 	}
 	ratio("infer-1", infer1)
+	ratio("infer-nospin", quiet)
 	for k, sp := range splits {
 		ratio(fmt.Sprintf("qdq-%dx%d", sp.threads, sp.workers), calib[k])
 	}

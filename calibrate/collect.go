@@ -52,9 +52,12 @@ type CollectOptions struct {
 	// no cap. The statistics are the same either way.
 	MemoryBudget int64
 	// Workers adding to histograms; 0 means GOMAXPROCS. They share the
-	// CPUs with ONNX Runtime's threads, which run the next batch meanwhile:
-	// measured on 2 CPUs, one worker per CPU calibrates 15% faster than
-	// leaving ONNX Runtime a CPU of its own.
+	// CPUs with ONNX Runtime's threads, which run the next batch
+	// meanwhile, at the lowest priority (see workerPool): they run on the
+	// CPU time ONNX Runtime's threads leave, which sleep rather than spin
+	// while they wait (see openAugmented), so that one worker per CPU
+	// does not take CPUs from ONNX Runtime (BENCHMARKS.md, "Calibration
+	// threads").
 	Workers int
 }
 
