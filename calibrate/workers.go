@@ -5,9 +5,13 @@ import (
 	"sync"
 )
 
-// idleWorkers runs the histogram workers at the lowest CPU priority (see
-// workerPool); tests turn it off to compare.
-var idleWorkers = true
+// defaultWorkers is the number of histogram workers when
+// CollectOptions.Workers is 0: one per two CPUs (GOMAXPROCS), at least
+// one. Measured on 2 CPUs with ONNX Runtime on both (BENCHMARKS.md,
+// "Calibration threads"), one worker calibrated faster than two: two
+// wait for each other at the end of every run, and the one that ONNX
+// Runtime's threads keep from running holds up the run.
+func defaultWorkers() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // workerPool runs the histogram work of Collect on goroutines of its own,
 // each locked to an OS thread that asks the kernel to run it only when a
@@ -27,12 +31,10 @@ func newWorkerPool(n int) *workerPool {
 	p := &workerPool{work: make(chan func())}
 	for range n {
 		go func() {
-			if idleWorkers {
-				// Never unlocked: the thread, whose priority cannot
-				// be raised again, exits with the goroutine.
-				runtime.LockOSThread()
-				lowerPriority()
-			}
+			// Never unlocked: the thread, whose priority cannot be
+			// raised again, exits with the goroutine.
+			runtime.LockOSThread()
+			lowerPriority()
 			for f := range p.work {
 				f()
 			}

@@ -1,7 +1,9 @@
 package calibrate
 
 import (
+	"runtime"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -19,4 +21,16 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func TestLowerPriority(t *testing.T) {
+	got := make(chan int)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends here
+		lowerPriority()
+		got <- threadPolicy()
+	}()
+	if p := <-got; p != schedIdle {
+		t.Fatalf("scheduling policy after lowerPriority: %d, want SCHED_IDLE (%d)", p, schedIdle)
+	}
 }

@@ -4,6 +4,4 @@ package calibrate
 
 import "time"
 
-func threadPolicy() int { return -1 }
-
 func processCPU() time.Duration { return 0 }

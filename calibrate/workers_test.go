@@ -1,7 +1,6 @@
 package calibrate
 
 import (
-	"runtime"
 	"sync/atomic"
 	"testing"
 )
@@ -29,20 +28,5 @@ func TestWorkerPoolRunsConcurrently(t *testing.T) {
 		if got := calls.Load(); got != 3 {
 			t.Fatalf("round %d: f ran %d times, want 3", round, got)
 		}
-	}
-}
-
-func TestLowerPriority(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("SCHED_IDLE is Linux's")
-	}
-	got := make(chan int)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends here
-		lowerPriority()
-		got <- threadPolicy()
-	}()
-	if p := <-got; p != schedIdle {
-		t.Fatalf("scheduling policy after lowerPriority: %d, want SCHED_IDLE (%d)", p, schedIdle)
 	}
 }
