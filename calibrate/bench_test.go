@@ -6,12 +6,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +69,10 @@ const benchBatch = 32
 // benchSession sizes ONNX Runtime's pool to the CPUs for every job: left to
 // itself, ONNX Runtime counts physical cores, which on a 2-vCPU VM is one.
 var benchSession = ort.SessionOptions{IntraOpThreads: runtime.NumCPU()}
+
+// noSpin is benchSession with threads that sleep while they wait, as
+// calibration's sessions run (see openAugmented).
+var noSpin = ort.SessionOptions{IntraOpThreads: runtime.NumCPU(), NoSpinning: true}
 
 // BenchmarkCalibrate times, side by side in one loop, three jobs over the
 // same N samples: plain ONNX Runtime inference (the baseline: open a
@@ -185,8 +191,11 @@ func BenchmarkCalibrate(b *testing.B) {
 // entropy ranges) in the two scopes: qdq (the default: only the tensors the
 // Q/DQ model quantizes) and all (every tensor, for --trt-cache and
 // --ort-table), on ResNetish(64) and the light inception_v1 at N = 256 and
-// 1024. Metrics: qdq/infer@N and all/infer@N, the time of each scope's
-// calibration over plain inference of the same samples.
+// 1024 (-scope-n). Metrics: qdq/infer@N and all/infer@N, the time of each
+// scope's calibration over plain inference of the same samples (ONNX
+// Runtime's default spinning threads), the same over plain inference whose
+// threads do not spin, as calibration's do (…/infer-nospin@N), and both in
+// CPU time (…-cpu@N).
 func BenchmarkCalibrateScope(b *testing.B) {
 	initORT(b)
 	for _, bm := range benchModels {
@@ -201,21 +210,21 @@ func BenchmarkCalibrateScope(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ns := []int{256, 1024}
+			ns := scopeNs(b)
 			all := batchesOfSize(b, memSource{input: sig[0].Name, dims: bm.dims, seed: 1, n: ns[len(ns)-1]}, sig, batch)
 			scopes := []Scope{ScopeQDQ, ScopeAll}
-			infer := make([]time.Duration, len(ns))
-			calib := make([][]time.Duration, len(ns))
+			infer, quiet := make([]jobTime, len(ns)), make([]jobTime, len(ns))
+			calib := make([][]jobTime, len(ns))
 			for i := range calib {
-				calib[i] = make([]time.Duration, len(scopes))
+				calib[i] = make([]jobTime, len(scopes))
 			}
-			timed := func(d *time.Duration, f func() error) { timedRun(b, d, f) }
 			for b.Loop() {
 				for i, n := range ns {
 					batches := all[:n/batch]
-					timed(&infer[i], func() error { return inferJob(data, batches) })
+					infer[i].run(b, func() error { return inferJob(data, batches) })
+					quiet[i].run(b, func() error { return inferJobWith(data, batches, noSpin) })
 					for k, scope := range scopes {
-						timed(&calib[i][k], func() error {
+						calib[i][k].run(b, func() error {
 							st, err := Collect(context.Background(), m, replay(batches), CollectOptions{Session: benchSession, Scope: scope})
 							if err != nil {
 								return err
@@ -227,9 +236,14 @@ func BenchmarkCalibrateScope(b *testing.B) {
 				}
 			}
 			for i, n := range ns {
-				b.ReportMetric(float64(infer[i].Microseconds())/float64(b.N*n), fmt.Sprintf("infer-µs/sample@%d", n))
+				b.ReportMetric(float64(infer[i].wall.Microseconds())/float64(b.N*n), fmt.Sprintf("infer-µs/sample@%d", n))
 				for k, scope := range scopes {
-					b.ReportMetric(float64(calib[i][k])/float64(infer[i]), fmt.Sprintf("%s/infer@%d", scope, n))
+					b.ReportMetric(float64(calib[i][k].wall)/float64(infer[i].wall), fmt.Sprintf("%s/infer@%d", scope, n))
+					b.ReportMetric(float64(calib[i][k].wall)/float64(quiet[i].wall), fmt.Sprintf("%s/infer-nospin@%d", scope, n))
+					if infer[i].cpu > 0 {
+						b.ReportMetric(float64(calib[i][k].cpu)/float64(infer[i].cpu), fmt.Sprintf("%s/infer-cpu@%d", scope, n))
+						b.ReportMetric(float64(calib[i][k].cpu)/float64(quiet[i].cpu), fmt.Sprintf("%s/infer-nospin-cpu@%d", scope, n))
+					}
 				}
 			}
 			b.ReportMetric(0, "ns/op") // an iteration is six different jobs
@@ -237,11 +251,94 @@ func BenchmarkCalibrateScope(b *testing.B) {
 	}
 }
 
+// BenchmarkCalibrateThreads times, side by side in one loop, plain
+// inference (ONNX Runtime with a thread per CPU, as BenchmarkCalibrateScope
+// runs it) and calibration in the qdq scope with every split of the CPUs
+// between ONNX Runtime's intra-op threads and the histogram workers, 1 or
+// one per CPU each, on ResNetish(64) at N = 256 (-threads-n): the numbers
+// --threads 0 is chosen by. Metrics: qdq-TxW/infer (T threads, W workers)
+// and the same in CPU time (…-cpu), and plain inference with one thread
+// (infer-1/infer) and with threads that do not spin (infer-nospin/infer).
+func BenchmarkCalibrateThreads(b *testing.B) {
+	initORT(b)
+	bm := benchModels[1]
+	m := &onnx.Model{Proto: bm.proto(b)}
+	sig := m.Inputs()
+	data, err := m.Marshal()
+	if err != nil {
+		b.Fatal(err)
+	}
+	batches := batchesOfSize(b, memSource{input: sig[0].Name, dims: bm.dims, seed: 1, n: *threadsN}, sig, benchBatch)
+	cpus := runtime.NumCPU()
+	type split struct{ threads, workers int }
+	var splits []split
+	for _, t := range []int{1, cpus} {
+		for _, w := range []int{1, cpus} {
+			splits = append(splits, split{t, w})
+		}
+	}
+	var infer, infer1, quiet jobTime
+	calib := make([]jobTime, len(splits))
+	for b.Loop() {
+		infer.run(b, func() error { return inferJob(data, batches) })
+		infer1.run(b, func() error { return inferJobWith(data, batches, ort.SessionOptions{IntraOpThreads: 1}) })
+		quiet.run(b, func() error { return inferJobWith(data, batches, noSpin) })
+		for k, sp := range splits {
+			calib[k].run(b, func() error {
+				so := benchSession
+				so.IntraOpThreads = sp.threads
+				st, err := Collect(context.Background(), m, replay(batches), CollectOptions{Session: so, Workers: sp.workers})
+				if err != nil {
+					return err
+				}
+				_, err = st.Ranges(Entropy, MethodOptions{})
+				return err
+			})
+		}
+	}
+	ratio := func(name string, j jobTime) {
+		b.ReportMetric(float64(j.wall)/float64(infer.wall), name+"/infer")
+		if infer.cpu > 0 {
+			b.ReportMetric(float64(j.cpu)/float64(infer.cpu), name+"/infer-cpu")
+		}
+	}
+	ratio("infer-1", infer1)
+	ratio("infer-nospin", quiet)
+	for k, sp := range splits {
+		ratio(fmt.Sprintf("qdq-%dx%d", sp.threads, sp.workers), calib[k])
+	}
+	b.ReportMetric(float64(infer.wall.Microseconds())/float64(b.N**threadsN), "infer-µs/sample")
+	b.ReportMetric(0, "ns/op")
+}
+
+var threadsN = flag.Int("threads-n", 256, "BenchmarkCalibrateThreads: samples (a multiple of 32)")
+
+// scopeN is BenchmarkCalibrateScope's sample counts, for profiling at a
+// smaller N than the recorded 256 and 1024.
+var scopeN = flag.String("scope-n", "256,1024", "BenchmarkCalibrateScope: comma-separated sample counts")
+
+func scopeNs(b *testing.B) []int {
+	var ns []int
+	for _, f := range strings.Split(*scopeN, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("-scope-n: %q is not a positive count", f)
+		}
+		ns = append(ns, n)
+	}
+	return ns
+}
+
 // inferJob opens a session on model, runs every batch, handing each result
 // back for the next run as a steady-state inference loop would, and closes
 // the session.
 func inferJob(model []byte, batches []*dataset.Batch) error {
-	sess, err := ort.NewSessionFromBytes(model, benchSession)
+	return inferJobWith(model, batches, benchSession)
+}
+
+// inferJobWith is inferJob with the given session options.
+func inferJobWith(model []byte, batches []*dataset.Batch, so ort.SessionOptions) error {
+	sess, err := ort.NewSessionFromBytes(model, so)
 	if err != nil {
 		return err
 	}
@@ -311,30 +408,44 @@ func peakRSS() uint64 {
 // tensor of one batch of a 64-channel 28x28 activation: Add (the kernels,
 // vector paths included in a GOEXPERIMENT=simd build) against addReference
 // (the same two passes as plain loops), alternating in one loop so that
-// noise from other processes hits both alike.
+// noise from other processes hits both alike. The values are Gaussian
+// (gaussian) or a ReLU output's, half of them zeros (relu), as the inputs
+// of most convolutions are.
 func BenchmarkAddBatch(b *testing.B) {
-	v := gaussian(benchBatch*64*28*28, 1, 1)
-	kernels, reference := NewHistogram(), NewHistogram()
-	if err := errors.Join(kernels.Add(v), reference.Add(v)); err != nil {
-		b.Fatal(err)
+	g := gaussian(benchBatch*64*28*28, 1, 1)
+	r := make([]float32, len(g))
+	for i, x := range g {
+		r[i] = reluOf(x)
 	}
-	b.SetBytes(int64(4 * len(v)))
-	var tk, tr time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		if err := addReference(reference, v); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if err := kernels.Add(v); err != nil {
-			b.Fatal(err)
-		}
-		tr, tk = tr+t1.Sub(t0), tk+time.Since(t1)
+	for _, data := range []struct {
+		name string
+		v    []float32
+	}{{"gaussian", g}, {"relu", r}} {
+		b.Run(data.name, func(b *testing.B) {
+			v := data.v
+			kernels, reference := NewHistogram(), NewHistogram()
+			if err := errors.Join(kernels.Add(v), reference.Add(v)); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(4 * len(v)))
+			var tk, tr time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				if err := addReference(reference, v); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := kernels.Add(v); err != nil {
+					b.Fatal(err)
+				}
+				tr, tk = tr+t1.Sub(t0), tk+time.Since(t1)
+			}
+			n := float64(b.N * len(v))
+			b.ReportMetric(float64(tk.Nanoseconds())/n, "kernels-ns/value")
+			b.ReportMetric(float64(tr.Nanoseconds())/n, "reference-ns/value")
+			b.ReportMetric(float64(tr)/float64(tk), "reference/kernels")
+		})
 	}
-	n := float64(b.N * len(v))
-	b.ReportMetric(float64(tk.Nanoseconds())/n, "kernels-ns/value")
-	b.ReportMetric(float64(tr.Nanoseconds())/n, "reference-ns/value")
-	b.ReportMetric(float64(tr)/float64(tk), "reference/kernels")
 }
 
 // BenchmarkAddRelu is BenchmarkAddBatch for a tensor and the ReLU of it
@@ -356,6 +467,21 @@ func BenchmarkAddRelu(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(v)), "ns/value")
+}
+
+// jobTime accumulates a job's wall-clock time and the CPU time the process
+// spent meanwhile (user and system, every thread; 0 where the system does
+// not say). On a machine shared with other work the CPU time is the
+// steadier measure of what a job costs; the wall-clock time is what a user
+// waits, which the pipeline shortens by overlapping work.
+type jobTime struct{ wall, cpu time.Duration }
+
+// run adds f's times, starting as timedRun does.
+func (j *jobTime) run(b *testing.B, f func() error) {
+	b.Helper()
+	c0 := processCPU()
+	timedRun(b, &j.wall, f)
+	j.cpu += processCPU() - c0
 }
 
 // timedRun adds f's duration to d, after returning freed memory to the OS

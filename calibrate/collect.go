@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"runtime"
 	"sync"
 
 	"github.com/kiln-ml/kiln/dataset"
@@ -51,10 +50,12 @@ type CollectOptions struct {
 	// that each fit, run one after the other (see fetchGroups). 0 means
 	// no cap. The statistics are the same either way.
 	MemoryBudget int64
-	// Workers adding to histograms; 0 means GOMAXPROCS. They share the
-	// CPUs with ONNX Runtime's threads, which run the next batch meanwhile:
-	// measured on 2 CPUs, one worker per CPU calibrates 15% faster than
-	// leaving ONNX Runtime a CPU of its own.
+	// Workers adding to histograms; 0 means one per two CPUs, at least
+	// one (see defaultWorkers). They share the CPUs with ONNX Runtime's
+	// threads, which run the next batch meanwhile, at the lowest priority
+	// (see workerPool): they run on the CPU time ONNX Runtime's threads
+	// leave, which sleep rather than spin while they wait (see
+	// openAugmented).
 	Workers int
 }
 
@@ -356,8 +357,13 @@ func (c *collector) run(ctx context.Context, b *dataset.Batch, off, n, part int)
 func (c *collector) addRuns(st *Stats) {
 	workers := c.opts.Workers
 	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
+		workers = defaultWorkers()
 	}
+	st.pool = newWorkerPool(workers)
+	defer func() {
+		st.pool.close()
+		st.pool = nil
+	}()
 	first := true
 	for r := range c.ran {
 		if first {

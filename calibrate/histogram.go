@@ -55,6 +55,19 @@ func NewHistogram() *Histogram { return &Histogram{} }
 // Add adds a batch of values. A NaN or infinite value is rejected with a
 // *NonFiniteError and nothing of the batch is added.
 func (h *Histogram) Add(values []float32) error {
+	if h.width > 0 && len(values) > 0 {
+		// The bins usually cover the batch already: count it in the
+		// pass that finds its range, and take that pass back when they
+		// do not (Add then does what it does before the width is
+		// known) or when a value is not finite.
+		inv := 1 / h.width
+		lo, hi, finite := countMinMax(h.counts, values, inv, 1)
+		if finite && math.Max(-float64(lo), float64(hi)) <= h.Top() {
+			h.observe(uint64(len(values)), float64(lo), float64(hi))
+			return nil
+		}
+		countMinMax(h.counts, values, inv, ^uint64(0))
+	}
 	var s batchScan
 	if err := s.add(values); err != nil {
 		return err

@@ -28,13 +28,55 @@ func minMaxSIMD(values []float32) (lo, hi float32, finite bool) {
 	vlo.Store(&l)
 	vhi.Store(&h)
 	bad.Store(&b)
-	lo, hi, finite = l[0], h[0], true
-	for j := range 8 {
-		lo, hi = min(lo, l[j]), max(hi, h[j])
-		finite = finite && b[j] == 0
-	}
+	lo, hi, finite = reduceLanes(l[:], h[:], b[:])
 	if i < len(values) {
 		tlo, thi, tfinite := minMaxScalar(values[i:])
+		lo, hi, finite = min(lo, tlo), max(hi, thi), finite && tfinite
+	}
+	lo, hi = zeroSigns(values, lo, hi)
+	return lo, hi, finite
+}
+
+// reduceLanes combines the lanes of a vector scan: the min of l, the max
+// of h, and whether every lane of bad is 0 (see minMaxSIMD).
+func reduceLanes(l, h, bad []float32) (lo, hi float32, finite bool) {
+	lo, hi, finite = l[0], h[0], true
+	for j := range l {
+		lo, hi = min(lo, l[j]), max(hi, h[j])
+		finite = finite && bad[j] == 0
+	}
+	return lo, hi, finite
+}
+
+// countMinMaxSIMD is countMinMaxScalar four values at a time: the bins as
+// countSIMD finds them (a NaN or infinity converts to the int32 minimum,
+// which the cap puts in the last bin) and the min and max as minMaxSIMD
+// finds them.
+func countMinMaxSIMD(counts []uint64, values []float32, inv float64, d uint64) (lo, hi float32, finite bool) {
+	invs := archsimd.BroadcastFloat64x4(inv)
+	last := archsimd.BroadcastUint32x4(uint32(min(len(counts)-1, 1<<31-1)))
+	zero := archsimd.BroadcastFloat32x4(0)
+	vlo := archsimd.LoadFloat32x4Slice(values)
+	vhi, bad := vlo, zero
+	var k [4]uint32
+	i := 0
+	for ; i+4 <= len(values); i += 4 {
+		v := archsimd.LoadFloat32x4Slice(values[i : i+4])
+		bad = bad.Add(v.Sub(v)) // stays 0 while every value is finite
+		vlo, vhi = vlo.Min(v), vhi.Max(v)
+		v.Max(zero.Sub(v)).ConvertToFloat64().Mul(invs).ConvertToInt32().AsUint32x4().Min(last).Store(&k)
+		counts[k[0]] += d
+		counts[k[1]] += d
+		counts[k[2]] += d
+		counts[k[3]] += d
+	}
+	var l, h, b [4]float32
+	vlo.Store(&l)
+	vhi.Store(&h)
+	bad.Store(&b)
+	lo, hi, finite = reduceLanes(l[:], h[:], b[:])
+	if i < len(values) {
+		tlo, thi, tfinite := countMinMaxScalar(counts, values[i:], inv, d)
 		lo, hi, finite = min(lo, tlo), max(hi, thi), finite && tfinite
 	}
 	lo, hi = zeroSigns(values, lo, hi)

@@ -128,9 +128,14 @@ func Augment(m *onnx.Model, tensors []string) (*onnx.Model, error) {
 // intermediate tensors: ONNX Runtime returns only graph outputs. The
 // session asks ONNX Runtime for the shapes of the extra outputs, so that
 // even the first run writes them into Go memory (see
-// ort.SessionOptions.InferOutputShapes).
+// ort.SessionOptions.InferOutputShapes). Its threads sleep instead of
+// spinning while they wait for work (ort.SessionOptions.NoSpinning): the
+// histogram workers run on the CPUs they leave (see workerPool), where a
+// spinning thread would keep them from running, and the histograms fell
+// behind ONNX Runtime.
 func openAugmented(m *onnx.Model, tensors []string, so ort.SessionOptions) (*ort.Session, error) {
 	so.InferOutputShapes = true
+	so.NoSpinning = true
 	aug, err := Augment(m, tensors)
 	if err != nil {
 		return nil, err

@@ -34,6 +34,22 @@ type Stats struct {
 	scans   map[string]*batchScan
 	begun   map[string]begun
 	scanned int
+	// pool runs the histogram workers; nil runs them on goroutines of
+	// their own.
+	pool *workerPool
+}
+
+// run runs f on n workers and waits for them.
+func (st *Stats) run(n int, f func()) {
+	if st.pool != nil {
+		st.pool.run(n, f)
+		return
+	}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(f)
+	}
+	wg.Wait()
 }
 
 // keepFloat drops the observed tensors that ONNX Runtime returned with
@@ -73,42 +89,38 @@ func (st *Stats) add(ids []string, outs map[string]*onnx.Tensor, workers int, fi
 func (st *Stats) addTensors(ids []string, outs map[string]*onnx.Tensor, workers int) error {
 	var next atomic.Int64
 	errs := make([]error, len(st.Tensors))
-	var wg sync.WaitGroup
-	for range min(workers, len(st.Tensors)) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(st.Tensors) {
-					return
-				}
-				name := st.Tensors[i]
-				t := outs[name]
-				if t == nil {
-					continue // derived (see finish) or not produced
-				}
-				v, _ := t.Data.([]float32)
-				out, relu := st.d.relu[name]
-				if b, ok := st.begun[name]; ok {
-					if relu {
-						countBoth(st.Hist[name], st.Hist[out], v, b.h, b.r)
-					} else if b.h {
-						count(st.Hist[name].counts, v, 1/st.Hist[name].width)
-					}
-					continue
-				}
-				var err error
-				if relu {
-					err = addRelu(st.Hist[name], st.Hist[out], v)
-				} else {
-					err = st.Hist[name].Add(v)
-				}
-				if err != nil {
-					errs[i] = &ActivationError{Tensor: name, Sample: sampleOf(err, v, ids), Err: err}
-				}
+	st.run(min(workers, len(st.Tensors)), func() {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= len(st.Tensors) {
+				return
 			}
-		})
-	}
-	wg.Wait()
+			name := st.Tensors[i]
+			t := outs[name]
+			if t == nil {
+				continue // derived (see finish) or not produced
+			}
+			v, _ := t.Data.([]float32)
+			out, relu := st.d.relu[name]
+			if b, ok := st.begun[name]; ok {
+				if relu {
+					countBoth(st.Hist[name], st.Hist[out], v, b.h, b.r)
+				} else if b.h {
+					count(st.Hist[name].counts, v, 1/st.Hist[name].width)
+				}
+				continue
+			}
+			var err error
+			if relu {
+				err = addRelu(st.Hist[name], st.Hist[out], v)
+			} else {
+				err = st.Hist[name].Add(v)
+			}
+			if err != nil {
+				errs[i] = &ActivationError{Tensor: name, Sample: sampleOf(err, v, ids), Err: err}
+			}
+		}
+	})
 	for _, e := range errs {
 		if e != nil {
 			return e // the first in graph order

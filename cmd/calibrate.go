@@ -51,7 +51,7 @@ func (o *calibrateOptions) addFlags(f *pflag.FlagSet) {
 	formatFlag(f, &o.format)
 	progressFlag(f, &o.progress)
 	o.session.addFlags(f, "")
-	f.Lookup("threads").Usage = "ONNX Runtime intra-op threads (0: one per CPU); the histogram workers share the same CPUs, one per CPU, adding a run's activations while ONNX Runtime computes the next run"
+	f.Lookup("threads").Usage = "ONNX Runtime intra-op threads (0: one per CPU); the histogram workers, one per two CPUs, share the same CPUs at idle priority, adding a run's activations on the CPU time ONNX Runtime leaves while it computes the next run"
 	sizeFlag(f, &o.cfg.MemoryBudget, "memory-budget", 0, "most activation memory one ONNX Runtime run may fetch, e.g. 4GiB (0: a quarter of the machine's memory, from /proc/meminfo); a sample whose observed tensors take more runs once per group of tensors that fits, with the same results")
 }
 

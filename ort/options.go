@@ -105,6 +105,12 @@ type SessionOptions struct {
 	// infer.go). It costs a second load of the model; it pays for models
 	// that fetch large intermediate tensors.
 	InferOutputShapes bool
+	// NoSpinning stops ONNX Runtime's threads from spinning while they
+	// wait for work (session.intra_op.allow_spinning and
+	// session.inter_op.allow_spinning set to 0): they sleep instead,
+	// leaving the CPUs to other work of the same process between and
+	// within runs, such as calibration's histograms.
+	NoSpinning bool
 	// OptimizedModelPath, when set, makes ONNX Runtime write the model after
 	// graph optimization to this file. Use OptBasic for a portable model.
 	OptimizedModelPath string
@@ -204,6 +210,13 @@ func (o SessionOptions) binding() (*ortgo.SessionOptions, error) {
 	if o.InterOpThreads > 0 {
 		if err := so.SetInterOpNumThreads(o.InterOpThreads); err != nil {
 			return nil, fmt.Errorf("setting inter-op threads: %w", err)
+		}
+	}
+	if o.NoSpinning {
+		for _, key := range []string{"session.intra_op.allow_spinning", "session.inter_op.allow_spinning"} {
+			if err := so.AddSessionConfigEntry(key, "0"); err != nil {
+				return nil, fmt.Errorf("setting %s: %w", key, err)
+			}
 		}
 	}
 	if err := so.SetGraphOptimizationLevel(o.OptLevel.binding()); err != nil {

@@ -2,6 +2,7 @@ package ort_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,5 +75,26 @@ func TestProviderUnavailable(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// TestNoSpinning runs a session whose threads sleep while they wait: ONNX
+// Runtime takes both configuration entries, and the run computes as with
+// spinning threads.
+func TestNoSpinning(t *testing.T) {
+	ortest.Init(t)
+	model := identityModel(t, "Relu", onnx.Float, onnx.Float, static2x3)
+	s, err := ort.NewSessionFromBytes(model, ort.SessionOptions{IntraOpThreads: 2, NoSpinning: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	in := &onnx.Tensor{Name: "x", Type: onnx.Float, Dims: []int64{2, 3}, Data: []float32{-1, 2, -3, 4, -5, 6}}
+	out, err := s.Run(t.Context(), map[string]*onnx.Tensor{"x": in}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out["y"].Data.([]float32), []float32{0, 2, 0, 4, 0, 6}; !slices.Equal(got, want) {
+		t.Errorf("Relu = %v, want %v", got, want)
 	}
 }
