@@ -110,7 +110,7 @@ func (t Target) Validate() error {
 		switch b.Metric {
 		case MetricCosine, MetricMinCosine:
 			lo = -1
-		case MetricTop1, MetricTop5:
+		case MetricTop1, MetricTop5, MetricAgreement:
 		default:
 			return fmt.Errorf("accuracy target %s: unknown metric %q (want one of %s)", what, b.Metric, strings.Join(targetMetrics, ", "))
 		}

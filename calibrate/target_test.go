@@ -27,6 +27,8 @@ func TestParseTarget(t *testing.T) {
 		{"probs:cosine=0.99,top1=0.98", Target{{Output: "probs", Metric: "cosine", Min: 0.99}, {Output: "probs", Metric: "top1", Min: 0.98}}, ""},
 		{"cosine=0.9,logits:0:top1=0.5,*:top5=0.9", Target{{Metric: "cosine", Min: 0.9}, {Output: "logits:0", Metric: "top1", Min: 0.5}, {Metric: "top5", Min: 0.9}}, ""},
 		{"cosine=-1", Target{{Metric: "cosine", Min: -1}}, ""},
+		{"scores:agreement=0.95", Target{{Output: "scores", Metric: "agreement", Min: 0.95}}, ""},
+		{"agreement=1.2", nil, "agreement=1.2: want a value in [0, 1]"},
 		{"accuracy=0.9", nil, `unknown metric "accuracy"`},
 		{"top1=1.5", nil, "top1=1.5: want a value in [0, 1]"},
 		{"top1=-0.1", nil, "want a value in [0, 1]"},
