@@ -1,7 +1,6 @@
 package savedmodel_test
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -296,14 +295,7 @@ func TestWhileErrors(t *testing.T) {
 		Outputs: map[string]smtest.Arg{"y": {Tensor: "w:0", DType: dtF}}}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := savedmodel.Open(context.Background(), dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = savedmodel.Convert(context.Background(), m, savedmodel.ConvertOptions{})
-	if err == nil || !strings.Contains(err.Error(), "node w (op While") || !strings.Contains(err.Error(), `"missing_body" is not in the function library`) {
-		t.Errorf("Convert = %v, want an error naming node w and the missing body", err)
-	}
+	wantErr(t, convertDir(dir, savedmodel.ConvertOptions{}), "node w (op While", `"missing_body" is not in the function library`)
 }
 
 // TestIf imports tf.cond (StatelessIf) with branch functions and a
