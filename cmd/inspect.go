@@ -137,19 +137,25 @@ func (o *inspectOptions) inspect(ctx context.Context, paths []string, report pro
 }
 
 func printInspect(w io.Writer, format string, sums []inspectResult) error {
+	return printResults(w, format, sums, printSummary)
+}
+
+// printResults prints inspect's results: one JSON object for one result,
+// an array for several, or each as text (print) with a blank line between.
+func printResults[T any](w io.Writer, format string, results []T, print func(io.Writer, T)) error {
 	if format == formatJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		if len(sums) == 1 {
-			return enc.Encode(sums[0])
+		if len(results) == 1 {
+			return enc.Encode(results[0])
 		}
-		return enc.Encode(sums)
+		return enc.Encode(results)
 	}
-	for i, s := range sums {
+	for i, r := range results {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		printSummary(w, s)
+		print(w, r)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -80,21 +79,7 @@ func (o *inspectOptions) inspectSavedModels(ctx context.Context, w io.Writer, pa
 		}
 		results = append(results, r)
 	}
-	if o.format == formatJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if len(results) == 1 {
-			return enc.Encode(results[0])
-		}
-		return enc.Encode(results)
-	}
-	for i, r := range results {
-		if i > 0 {
-			fmt.Fprintln(w)
-		}
-		printSavedModel(w, r)
-	}
-	return nil
+	return printResults(w, o.format, results, printSavedModel)
 }
 
 func inspectSavedModel(ctx context.Context, path string) (savedModelResult, error) {
