@@ -3,7 +3,6 @@ package cmd
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kiln-ml/kiln/internal/atomicfile"
 	"github.com/kiln-ml/kiln/onnx"
 	"github.com/kiln-ml/kiln/savedmodel"
 )
@@ -41,22 +41,10 @@ unless --force is given.`,
 			if err != nil {
 				return err
 			}
-			flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
-			if o.force {
-				flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
-			}
-			f, err := os.OpenFile(o.output, flags, 0o644)
-			if errors.Is(err, os.ErrExist) {
+			if _, err := os.Lstat(o.output); err == nil && !o.force {
 				return usageErr(fmt.Errorf("%s exists: give another -o, or --force to replace it", o.output))
 			}
-			if err != nil {
-				return err
-			}
-			if _, err := f.WriteString(text); err != nil {
-				f.Close()
-				return err
-			}
-			if err := f.Close(); err != nil {
+			if err := atomicfile.WriteFile(o.output, []byte(text), 0o644); err != nil {
 				return err
 			}
 			_, err = fmt.Fprintf(c.OutOrStdout(), "wrote %s: edit it, then kiln run -f %s\n", o.output, o.output)
