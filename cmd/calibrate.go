@@ -263,31 +263,26 @@ func printCalibration(w io.Writer, format, dir string, r *calibrate.Report) erro
 }
 
 // serveInt8Misses lists what of a an int8 variant would fail in kiln
-// serve's default checks (check.Defaults), and the --accuracy-target that
-// asks for it: a target of cosine=0.99 alone can be met by a model whose
-// worst sample serve refuses.
+// serve's default checks (check.Judge with check.Defaults), and the
+// --accuracy-target that asks for it: a target of cosine=0.99 alone can be
+// met by a model whose worst sample serve refuses.
 func serveInt8Misses(a *calibrate.Accuracy) (miss []string, target string) {
-	th := check.Defaults(manifest.INT8)
+	targetMetric := map[string]string{"cosine": calibrate.MetricCosine, "worst_cosine": calibrate.MetricMinCosine,
+		"top1_agreement": calibrate.MetricTop1, "top5_agreement": calibrate.MetricTop5, "agreement": calibrate.MetricAgreement}
 	var want []string
-	add := func(out, metric, targetMetric string, v, min float64) {
-		if v < min {
-			miss = append(miss, fmt.Sprintf("%s %s %.4g < %g", out, metric, v, min))
-			if t := fmt.Sprintf("%s=%g", targetMetric, min); !slices.Contains(want, t) {
+	for _, o := range a.Outputs {
+		m := check.Metrics{Output: o.Output, Cosine: o.Cosine, WorstCosine: o.MinCosine, Agreement: o.Agreement}
+		if o.Classifier {
+			m.Top1 = &o.Top1
+			if o.Top5 > 0 { // 0: fewer than 6 classes
+				m.Top5 = &o.Top5
+			}
+		}
+		for _, f := range check.Judge(m, check.Defaults(manifest.INT8)) {
+			miss = append(miss, fmt.Sprintf("%s %s %.4g < %g", f.Output, f.Metric, f.Value, f.Threshold))
+			if t := fmt.Sprintf("%s=%g", targetMetric[f.Metric], f.Threshold); !slices.Contains(want, t) {
 				want = append(want, t)
 			}
-		}
-	}
-	for _, o := range a.Outputs {
-		add(o.Output, "cosine", "cosine", o.Cosine, th.MinCosine)
-		add(o.Output, "worst_cosine", "min_cosine", o.MinCosine, th.MinWorstCosine)
-		if o.Classifier {
-			add(o.Output, "top1_agreement", "top1", o.Top1, th.MinTop1)
-			if o.Top5 > 0 { // 0: fewer than 5 classes
-				add(o.Output, "top5_agreement", "top5", o.Top5, th.MinTop5)
-			}
-		}
-		if o.Agreement != nil {
-			add(o.Output, "agreement", "agreement", *o.Agreement, th.MinAgreement)
 		}
 	}
 	return miss, strings.Join(want, ",")
