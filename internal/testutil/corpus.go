@@ -110,6 +110,18 @@ func Images(t testing.TB) string {
 	return p
 }
 
+// DocPages returns .cache/images/pages, the printed pages `make models`
+// renders from PDF manuals Debian ships (scripts/fetch-doc-pages.sh),
+// skipping the test with a clear message when they are absent.
+func DocPages(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(RepoRoot(t), ".cache", "images", "pages")
+	if _, err := os.Stat(filepath.Join(p, ".complete")); err != nil {
+		t.Skipf("document pages not found in %s (run `make models`, which renders them with pdftoppm from Debian's PDF manuals): %v", p, err)
+	}
+	return p
+}
+
 // BackendSuite returns the directory of ONNX 1.12's backend test suite as
 // Debian's libonnx-testdata installs it (node/, pytorch-converted/,
 // pytorch-operator/, simple/: each test a directory with model.onnx and
